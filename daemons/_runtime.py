@@ -1,0 +1,182 @@
+"""What every daemon shares: settings from CLI > env > TOML > defaults, logging,
+signals, systemd notification and the uvloop entry point.
+
+Each daemon defines its options once, as click options with an explicit
+``envvar``; :func:`config_option` adds ``--config FILE`` (env ``MQ_CONFIG``),
+whose table for the daemon (``[mq]``, ``[mq-mover]``, ``[mq-reaper]``) plus
+the top-level keys becomes click's ``default_map``. click then resolves
+exactly CLI > env > file > default, and :func:`log_sources` logs which layer
+won for each setting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import tomllib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+import uvloop
+
+from mqcore.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+#: Exit codes (sysexits.h; the systemd units set RestartPreventExitStatus=64 78).
+EXIT_OK = 0
+EXIT_USAGE = 64
+EXIT_UNAVAILABLE = 69
+EXIT_SOFTWARE = 70
+EXIT_CONFIG = 78
+
+#: Keys allowed at the top level of the TOML file (shared by all daemons).
+SHARED_KEYS = frozenset({"root"})
+
+
+def load_config_file(path: str, section: str, known: set[str]) -> dict[str, Any]:
+    """Read the settings for daemon ``section`` from a TOML file.
+
+    Top-level keys (only ``root``) apply to every daemon; the table named
+    ``section`` overrides them. Keys are option names with ``-`` or ``_``.
+
+    Raises:
+        ConfigError: The file is unreadable or not TOML, or holds an unknown
+            key (a typo must not be ignored silently).
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}", path=path) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}", path=path) from exc
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            continue
+        name = key.replace("-", "_")
+        if name not in SHARED_KEYS:
+            raise ConfigError(f"config file {path}: unknown top-level key {key!r}", path=path, key=key)
+        out[name] = value
+    for table in data:
+        if isinstance(data[table], dict) and table not in {"mq", "mq-mover", "mq-reaper", "mq-stack"}:
+            raise ConfigError(f"config file {path}: unknown table [{table}]", path=path, key=table)
+    for key, value in data.get(section, {}).items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise ConfigError(
+                f"config file {path}: unknown key {key!r} in [{section}]", path=path, key=key, section=section
+            )
+        out[name] = value
+    return out
+
+
+def _config_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value:
+        known = {p.name for p in ctx.command.params if p.name}
+        try:
+            ctx.default_map = load_config_file(value, ctx.info_name or ctx.command.name or "", known)
+        except ConfigError as exc:
+            raise click.BadParameter(exc.message, ctx=ctx, param=param) from exc
+    return value
+
+
+def config_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--config FILE`` option (env ``MQ_CONFIG``), read before the others."""
+    return click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        envvar="MQ_CONFIG",
+        show_envvar=True,
+        is_eager=True,
+        expose_value=False,
+        callback=_config_callback,
+        help="TOML file with settings (see config/mq.toml).",
+    )(fn)
+
+
+def log_sources(ctx: click.Context, values: dict[str, Any]) -> None:
+    """Log each setting with the layer it came from (cli, env, config file or default)."""
+    names = {
+        click.core.ParameterSource.COMMANDLINE: "cli",
+        click.core.ParameterSource.ENVIRONMENT: "env",
+        click.core.ParameterSource.DEFAULT_MAP: "config",
+        click.core.ParameterSource.DEFAULT: "default",
+    }
+    parts = []
+    for key, value in sorted(values.items()):
+        source = ctx.get_parameter_source(key)
+        parts.append(f"{key}={value}({names.get(source, '?') if source else '?'})")
+    logger.info("settings %s", " ".join(parts))
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """One line per event on stderr: time, level, logger, message."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        force=True,
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def sd_notify(state: str) -> None:
+    """Send ``state`` (e.g. ``READY=1``) to systemd if NOTIFY_SOCKET is set; else do nothing."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+    except OSError as exc:
+        logger.warning("sd_notify failed state=%s error=%s", state, exc)
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    """Set ``stop`` on SIGTERM or SIGINT (the daemons then finish their work and exit 0)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, stop, sig)
+
+
+def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
+    logger.info("received %s, stopping", sig.name)
+    sd_notify("STOPPING=1")
+    stop.set()
+
+
+def run(main: Callable[[], Awaitable[int]]) -> int:
+    """Run ``main()`` on uvloop and return its exit code."""
+    return uvloop.run(main())
+
+
+def check_root(root: str) -> str:
+    """Make ``root`` absolute and make sure it can be created/written.
+
+    Raises:
+        ConfigError: It cannot be created or is not writable.
+    """
+    path = os.path.abspath(root)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"root {path} cannot be created: {exc.strerror}", root=path) from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"root {path} is not writable", root=path)
+    return path
+
+
+def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    """Raise ConfigError unless ``value`` is > 0 (or >= 0 with ``allow_zero``)."""
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}", key=name)

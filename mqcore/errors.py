@@ -1,0 +1,116 @@
+"""One error tree for mq.
+
+Every error the storage protocol or the daemons raise on purpose derives from
+:class:`MQError`. Each class carries a stable snake_case ``code`` (sent in JSON
+error bodies), the HTTP ``status`` the front end answers with, and whether a
+client may simply retry (``retriable``). Only ``daemons/`` reads ``status``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class MQError(Exception):
+    """Root of every mq error.
+
+    Args:
+        message: Human-readable explanation, sent as ``message`` in JSON bodies.
+        **details: Facts about the failure (sizes, names), kept in ``details``.
+    """
+
+    code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = 500
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON error body ``{"error": code, "message": ..., "details": {...}}``."""
+        body: dict[str, Any] = {"error": self.code, "message": self.message}
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+class InvalidRequest(MQError, ValueError):
+    """The request is malformed (HTTP 400)."""
+
+    code = "invalid_request"
+    status = 400
+
+
+class InvalidQueueName(InvalidRequest):
+    """A queue name is not 1-80 characters of ``[A-Za-z0-9_-]`` (SQS's rule)."""
+
+    code = "invalid_queue_name"
+
+
+class InvalidMessageId(InvalidRequest):
+    """A message id is not a well-formed mq message id (a lowercase UUIDv7 string)."""
+
+    code = "invalid_message_id"
+
+
+class MessageTooLarge(InvalidRequest):
+    """A message body exceeds the configured maximum (HTTP 413).
+
+    Args:
+        size_bytes: Size of the rejected body in bytes (or of what was read so far).
+        max_bytes: The configured limit in bytes.
+    """
+
+    code = "message_too_large"
+    status = 413
+
+    def __init__(self, size_bytes: int, max_bytes: int) -> None:
+        super().__init__(
+            f"message body is larger than the limit of {max_bytes} bytes",
+            size_bytes=size_bytes,
+            max_bytes=max_bytes,
+        )
+
+
+class QueueNotFound(MQError, LookupError):
+    """The queue does not exist (HTTP 404)."""
+
+    code = "queue_not_found"
+    status = 404
+
+
+class MessageNotFound(MQError, LookupError):
+    """No message with that id is ready, in flight or being written (HTTP 404)."""
+
+    code = "message_not_found"
+    status = 404
+
+
+class StorageUnavailable(MQError):
+    """The message cannot be guaranteed stored (HTTP 503 + Retry-After).
+
+    Raised on ENOSPC, EDQUOT, EIO, EROFS and any failed fsync. The write is
+    abandoned, never retried on the same file descriptor (an fsync that failed
+    once may report success later while the data is gone: "fsyncgate").
+
+    Args:
+        message: What failed.
+        retry_after_seconds: Suggested wait before retrying, in seconds.
+    """
+
+    code = "storage_unavailable"
+    status = 503
+    retriable = True
+
+    def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
+        super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class ConfigError(MQError, ValueError):
+    """A setting is invalid; the message names the key, the value and the layer."""
+
+    code = "config_error"
+    status = 500

@@ -1,0 +1,84 @@
+"""In-memory index of a queue's ready messages, so a receive never lists a directory.
+
+The index is a cache, never the truth: the truth is the set of files in
+``queues/<queue>/``. An entry can be stale (another process took the file),
+which costs one failed ``open``/``rename``; a missing entry is found by the
+next inotify event or periodic rescan. Pure data structure, no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Iterable
+
+
+class ReadyIndex:
+    """Ready-message file names of one queue (``ID.RC``), oldest first.
+
+    Names sort by message id, and ids sort by send time, so popping the
+    smallest name is FIFO. Removal is lazy: :meth:`discard` forgets a name and
+    the heap drops it when it reaches the top, or on compaction.
+    """
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._present: set[str] = set(names)
+        self._heap: list[str] = list(self._present)
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._present)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._present
+
+    def add(self, name: str) -> None:
+        """Note a ready file (idempotent)."""
+        if name not in self._present:
+            self._present.add(name)
+            heapq.heappush(self._heap, name)
+
+    def update(self, names: Iterable[str]) -> None:
+        """Note several ready files (a rescan's result)."""
+        for name in names:
+            self.add(name)
+
+    def discard(self, name: str) -> None:
+        """Forget a file that left the queue (received, deleted, moved)."""
+        self._present.discard(name)
+        if len(self._heap) > 2 * len(self._present) + 1024:
+            self._heap = list(self._present)
+            heapq.heapify(self._heap)
+
+    def pop_oldest(self) -> str | None:
+        """Remove and return the oldest name, or None when empty. O(log n) amortised."""
+        heap, present = self._heap, self._present
+        while heap:
+            name = heapq.heappop(heap)
+            if name in present:
+                present.remove(name)
+                return name
+        return None
+
+    def pop_fuzzed(self, peers: int, rng: random.Random | None = None) -> str | None:
+        """Remove and return a name chosen at random among the oldest ``peers + 1``.
+
+        SoftLayer MQ's peer fuzz: several daemons sharing a root contend less
+        when each picks among the first few messages instead of all taking the
+        first. With ``peers == 0`` this is :meth:`pop_oldest` (strict FIFO).
+        """
+        if peers <= 0:
+            return self.pop_oldest()
+        taken: list[str] = []
+        for _ in range(peers + 1):
+            name = self.pop_oldest()
+            if name is None:
+                break
+            taken.append(name)
+        if not taken:
+            return None
+        chosen = (rng or random).choice(taken)
+        for name in taken:
+            if name is not chosen:
+                self.add(name)
+        return chosen

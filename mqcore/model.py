@@ -1,0 +1,86 @@
+"""Messages and the message file format.
+
+A message file is written once and never modified. It holds a one-line JSON
+header followed by the body bytes exactly as sent::
+
+    MQ1 {"body_bytes": 1024, "content_type": "application/json"}\\n<body>
+
+``body_bytes`` lets a reader reject a torn file instead of delivering part of
+a body. Unknown header keys are ignored by readers, so later versions can add
+attributes without changing the file-name protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mqcore.names import MessageId, QueueName, sent_ms_of
+
+MAGIC = b"MQ1 "
+#: Content type reported for bodies sent without one.
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+class CorruptMessage(ValueError):
+    """A message file does not hold a complete header and body (a torn write)."""
+
+
+def encode(body: bytes, content_type: str | None = None) -> bytes:
+    """Return the file content for ``body`` (bytes) with an optional content type."""
+    header: dict[str, Any] = {"body_bytes": len(body)}
+    if content_type:
+        header["content_type"] = content_type
+    return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
+
+
+def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Split file content into ``(header, body)``.
+
+    Raises:
+        CorruptMessage: Bad magic, bad header, or a body shorter or longer than
+            ``body_bytes`` says.
+    """
+    if not data.startswith(MAGIC):
+        raise CorruptMessage("no MQ1 header")
+    end = data.find(b"\n", len(MAGIC))
+    if end < 0:
+        raise CorruptMessage("header is not terminated")
+    try:
+        header = json.loads(data[len(MAGIC) : end])
+        size = int(header["body_bytes"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptMessage(f"bad header: {exc}") from exc
+    body = data[end + 1 :]
+    if len(body) != size:
+        raise CorruptMessage(f"body is {len(body)} bytes, header says {size}")
+    return header, body
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A message handed to a consumer by a receive.
+
+    Attributes:
+        queue: The queue it was received from.
+        message_id: Its id (UUIDv7; also its position in the queue's order).
+        body: The body bytes exactly as sent.
+        content_type: The Content-Type given at send time, or ``application/octet-stream``.
+        receive_count: How many times it has been received, this receive included (1 = first).
+        deadline_ms: End of this receive's visibility timeout, epoch milliseconds.
+        in_flight_name: Its file name in ``delay/`` while this lease lasts.
+    """
+
+    queue: QueueName
+    message_id: MessageId
+    body: bytes
+    content_type: str
+    receive_count: int
+    deadline_ms: int
+    in_flight_name: str
+
+    @property
+    def sent_ms(self) -> int:
+        """Send time in epoch milliseconds (from the id)."""
+        return sent_ms_of(self.message_id)

@@ -1,0 +1,224 @@
+"""Queue names, message ids and every file-name form of the on-disk protocol.
+
+This is the only module that turns names into paths, so nothing a client sends
+can address a path outside the root: queue names are checked against
+``[A-Za-z0-9_-]{1,80}`` (SQS's rule) and message ids against the UUIDv7 form
+before any path is built. ``docs/protocol.md`` describes the same forms.
+
+File-name forms (protocol version 1; ``Q`` queue name, ``ID`` message id,
+``RC`` receive count, ``DL`` deadline in epoch milliseconds, 13 digits)::
+
+    new/Q.ID                 being written by a sender (O_EXCL)
+    queues/Q/ID.RC           ready; RC receives so far (0 = never received)
+    delay/DL.Q.ID.RC         in flight until DL; RC counts this receive
+    remove/Q.ID              deleted message, to be unlinked by mq-reaper
+    remove/Q.TOKEN.queue     a deleted queue's directory, to be removed whole
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import NewType
+
+from mqcore.errors import InvalidMessageId, InvalidQueueName
+
+QueueName = NewType("QueueName", str)
+MessageId = NewType("MessageId", str)
+
+#: Longest queue name, in characters (SQS: 80).
+MAX_QUEUE_NAME_CHARS = 80
+
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+_DEADLINE_DIGITS = 13
+
+NEW_DIR = "new"
+QUEUES_DIR = "queues"
+DELAY_DIR = "delay"
+REMOVE_DIR = "remove"
+#: Suffix of a deleted queue's directory inside ``remove/``.
+REMOVED_QUEUE_SUFFIX = ".queue"
+
+
+def check_queue_name(name: str) -> QueueName:
+    """Return ``name`` as a :data:`QueueName` if it is 1-80 chars of ``[A-Za-z0-9_-]``.
+
+    Raises:
+        InvalidQueueName: Any other string (so ``..``, ``a/b`` or ``""`` never reach a path).
+    """
+    if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
+        raise InvalidQueueName(
+            "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_'",
+            queue=name if isinstance(name, str) else repr(name),
+        )
+    return QueueName(name)
+
+
+def check_message_id(value: str) -> MessageId:
+    """Return ``value`` as a :data:`MessageId` if it is a lowercase canonical UUIDv7.
+
+    Raises:
+        InvalidMessageId: Anything else.
+    """
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
+        raise InvalidMessageId(
+            "message ids are lowercase UUIDv7 strings as returned in X-Message-Id",
+            message_id=value if isinstance(value, str) else repr(value),
+        )
+    return MessageId(value)
+
+
+def sent_ms_of(message_id: MessageId) -> int:
+    """Return the send time of a message, in epoch milliseconds, from its id."""
+    return int(message_id[0:8] + message_id[9:13], 16)
+
+
+class IdGenerator:
+    """Makes message ids: UUIDv7 (RFC 9562) with a 12-bit monotonic counter.
+
+    Ids from one generator strictly increase, even when the wall clock steps
+    back (the last timestamp is reused and the counter carries on). Across
+    processes and hosts they are unique by 62 random bits and sort by send
+    time to the millisecond, so a queue's ready files, sorted by name, are in
+    send order. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = 0
+        self._counter = 0
+
+    def next_id(self, now_ms: int | None = None) -> MessageId:
+        """Return a new message id; ``now_ms`` (epoch ms) defaults to the wall clock."""
+        ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        with self._lock:
+            if ms > self._last_ms:
+                self._last_ms, self._counter = ms, 0
+            else:
+                self._counter += 1
+                if self._counter > 0xFFF:
+                    self._last_ms, self._counter = self._last_ms + 1, 0
+            ms, counter = self._last_ms, self._counter
+        rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand
+        h = f"{value:032x}"
+        return MessageId(f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
+
+
+@dataclass(frozen=True, slots=True)
+class InFlightName:
+    """A parsed ``delay/`` file name: ``DL.Q.ID.RC``.
+
+    Attributes:
+        deadline_ms: Epoch milliseconds at which the message becomes ready again.
+        queue: The queue the message belongs to.
+        message_id: The message id.
+        receive_count: Number of receives, this one included.
+    """
+
+    deadline_ms: int
+    queue: QueueName
+    message_id: MessageId
+    receive_count: int
+
+    @property
+    def filename(self) -> str:
+        """The file name inside ``delay/``."""
+        return in_flight_name(self.deadline_ms, self.queue, self.message_id, self.receive_count)
+
+
+def ready_name(message_id: MessageId, receive_count: int) -> str:
+    """File name of a ready message inside ``queues/Q/``: ``ID.RC``."""
+    return f"{message_id}.{receive_count}"
+
+
+def parse_ready_name(filename: str) -> tuple[MessageId, int] | None:
+    """Parse ``ID.RC``; return ``(message_id, receive_count)`` or None for any other name."""
+    mid, dot, rc = filename.partition(".")
+    if not dot or not rc.isdigit() or not _ID_RE.fullmatch(mid):
+        return None
+    return MessageId(mid), int(rc)
+
+
+def in_flight_name(deadline_ms: int, queue: QueueName, message_id: MessageId, receive_count: int) -> str:
+    """File name of an in-flight message inside ``delay/``: ``DL.Q.ID.RC``."""
+    return f"{deadline_ms:0{_DEADLINE_DIGITS}d}.{queue}.{message_id}.{receive_count}"
+
+
+def parse_in_flight_name(filename: str) -> InFlightName | None:
+    """Parse a ``delay/`` file name; None if it is not of the form ``DL.Q.ID.RC``."""
+    parts = filename.split(".")
+    if len(parts) != 4:
+        return None
+    deadline, queue, mid, rc = parts
+    if (
+        len(deadline) != _DEADLINE_DIGITS
+        or not deadline.isdigit()
+        or not rc.isdigit()
+        or not _QUEUE_RE.fullmatch(queue)
+        or not _ID_RE.fullmatch(mid)
+    ):
+        return None
+    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc))
+
+
+def new_name(queue: QueueName, message_id: MessageId) -> str:
+    """File name of a message being written, inside ``new/``: ``Q.ID``."""
+    return f"{queue}.{message_id}"
+
+
+def parse_new_name(filename: str) -> tuple[QueueName, MessageId] | None:
+    """Parse ``Q.ID`` from ``new/``; None for any other name."""
+    queue, dot, mid = filename.partition(".")
+    if not dot or not _QUEUE_RE.fullmatch(queue) or not _ID_RE.fullmatch(mid):
+        return None
+    return QueueName(queue), MessageId(mid)
+
+
+def removed_name(queue: QueueName, message_id: MessageId) -> str:
+    """File name of a deleted message inside ``remove/``: ``Q.ID``."""
+    return f"{queue}.{message_id}"
+
+
+class Layout:
+    """The folder tree under one root: ``new/``, ``queues/<queue>/``, ``delay/``, ``remove/``.
+
+    Args:
+        root: The root directory (created by :meth:`create` if missing).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.new = os.path.join(self.root, NEW_DIR)
+        self.queues = os.path.join(self.root, QUEUES_DIR)
+        self.delay = os.path.join(self.root, DELAY_DIR)
+        self.remove = os.path.join(self.root, REMOVE_DIR)
+
+    def create(self) -> None:
+        """Create the four top-level folders if missing (idempotent; mode 0o755)."""
+        for path in (self.new, self.queues, self.delay, self.remove):
+            os.makedirs(path, exist_ok=True)
+
+    def queue_dir(self, queue: QueueName) -> str:
+        """Path of ``queues/<queue>`` (the name is checked again: defence in depth)."""
+        return os.path.join(self.queues, check_queue_name(queue))
+
+    def ready_path(self, queue: QueueName, message_id: MessageId, receive_count: int) -> str:
+        """Path of a ready message file."""
+        return os.path.join(self.queue_dir(queue), ready_name(message_id, receive_count))
+
+    def new_path(self, queue: QueueName, message_id: MessageId) -> str:
+        """Path of a message file being written."""
+        return os.path.join(self.new, new_name(check_queue_name(queue), message_id))
+
+    def delay_path(self, filename: str) -> str:
+        """Path of a file in ``delay/``."""
+        return os.path.join(self.delay, filename)
+
+    def remove_path(self, filename: str) -> str:
+        """Path of a file in ``remove/``."""
+        return os.path.join(self.remove, filename)
