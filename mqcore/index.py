@@ -22,9 +22,10 @@ class ReadyIndex:
     """
 
     def __init__(self, names: Iterable[str] = ()) -> None:
-        self._present: set[str] = set(names)
-        self._heap: list[str] = list(self._present)
-        heapq.heapify(self._heap)
+        self._present: set[str] = set()
+        self._by_id: dict[str, str] = {}
+        self._heap: list[str] = []
+        self.update(names)
 
     def __len__(self) -> int:
         return len(self._present)
@@ -36,6 +37,7 @@ class ReadyIndex:
         """Note a ready file (idempotent)."""
         if name not in self._present:
             self._present.add(name)
+            self._by_id[name.partition(".")[0]] = name
             heapq.heappush(self._heap, name)
 
     def update(self, names: Iterable[str]) -> None:
@@ -45,7 +47,8 @@ class ReadyIndex:
 
     def discard(self, name: str) -> None:
         """Forget a file that left the queue (received, deleted, moved)."""
-        self._present.discard(name)
+        if name in self._present:
+            self._forget(name)
         if len(self._heap) > 2 * len(self._present) + 1024:
             self._heap = list(self._present)
             heapq.heapify(self._heap)
@@ -56,9 +59,19 @@ class ReadyIndex:
         while heap:
             name = heapq.heappop(heap)
             if name in present:
-                present.remove(name)
+                self._forget(name)
                 return name
         return None
+
+    def name_for(self, message_id: str) -> str | None:
+        """The ready file name (``ID.RC``) of ``message_id``, if indexed."""
+        return self._by_id.get(message_id)
+
+    def _forget(self, name: str) -> None:
+        self._present.remove(name)
+        mid = name.partition(".")[0]
+        if self._by_id.get(mid) == name:
+            del self._by_id[mid]
 
     def pop_fuzzed(self, peers: int, rng: random.Random | None = None) -> str | None:
         """Remove and return a name chosen at random among the oldest ``peers + 1``.

@@ -217,10 +217,9 @@ class Store:
         except FileNotFoundError:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue) from None
         self.syncer.forget(path)
-        prefix = f".{queue}."
         for name in self._listdir(self.layout.delay):
             parsed = parse_in_flight_name(name)
-            if parsed is not None and parsed.queue == queue and prefix in name:
+            if parsed is not None and parsed.queue == queue:
                 self._move_to_remove(self.layout.delay_path(name), removed_name(queue, parsed.message_id))
         with contextlib.suppress(OSError):
             self._sync_dir(self.layout.remove)
@@ -316,7 +315,9 @@ class Store:
         except FileNotFoundError:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue) from None
 
-    def lease(self, queue: QueueName, filename: str, visibility_timeout_ms: int, now: int | None = None) -> ReceivedMessage | None:
+    def lease(
+        self, queue: QueueName, filename: str, visibility_timeout_ms: int, now: int | None = None
+    ) -> ReceivedMessage | None:
         """Receive: rename ready ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC+1`` and read it.
 
         Args:
@@ -372,12 +373,14 @@ class Store:
         *,
         ready_hint: Iterable[str] = (),
         in_flight_hint: Iterable[str] = (),
+        list_ready: bool = True,
     ) -> str:
         """Delete a message wherever it is: move it into ``remove/Q.ID``.
 
         Tries, in order: ``new/Q.ID``; the ready and in-flight names given as
-        hints (from in-memory indexes); then a listing of ``delay/`` and of the
-        queue directory. The first rename that succeeds wins. ``remove/`` is
+        hints (from in-memory indexes); then a listing of ``delay/`` and, unless
+        ``list_ready`` is False (the caller's index of the queue is kept fresh by
+        inotify), of the queue directory. The first rename that succeeds wins. ``remove/`` is
         fsynced (group commit) before returning, so a delete is not undone by
         a power cut.
 
@@ -388,13 +391,11 @@ class Store:
             MessageNotFound: The message is in none of those places.
         """
         target = removed_name(queue, message_id)
-        where = self._delete_somewhere(queue, message_id, target, ready_hint, in_flight_hint)
+        where = self._delete_somewhere(queue, message_id, target, ready_hint, in_flight_hint, list_ready)
         if where is None:
             if not self.queue_exists(queue):
                 raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-            raise MessageNotFound(
-                f"message {message_id} is not in queue {queue!r}", queue=queue, message_id=message_id
-            )
+            raise MessageNotFound(f"message {message_id} is not in queue {queue!r}", queue=queue, message_id=message_id)
         try:
             self._sync_dir(self.layout.remove)
         except OSError as exc:
@@ -408,6 +409,7 @@ class Store:
         target: str,
         ready_hint: Iterable[str],
         in_flight_hint: Iterable[str],
+        list_ready: bool,
     ) -> str | None:
         if self._move_to_remove(self.layout.new_path(queue, message_id), target):
             return "new"
@@ -423,7 +425,7 @@ class Store:
             if suffix in name and self._move_to_remove(self.layout.delay_path(name), target):
                 return "in_flight"
         prefix = f"{message_id}."
-        for name in self._listdir(qdir):
+        for name in self._listdir(qdir) if list_ready else ():
             if name.startswith(prefix) and self._move_to_remove(os.path.join(qdir, name), target):
                 return "ready"
         return None
