@@ -180,3 +180,28 @@ def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     """Raise ConfigError unless ``value`` is > 0 (or >= 0 with ``allow_zero``)."""
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}", key=name)
+
+
+def main_command(command: click.Command, argv: list[str] | None) -> int:
+    """Run a daemon's click command and map failures to exit codes.
+
+    Usage errors exit 64 (EX_USAGE), configuration errors 78 (EX_CONFIG), each
+    with one line on stderr; the systemd units do not restart on either.
+    """
+    try:
+        result = command.main(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        return EXIT_OK
+    except click.BadParameter as exc:
+        # A bad --config file is a configuration error, not a usage error.
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return EXIT_CONFIG if exc.param is not None and exc.param.name == "config" else EXIT_USAGE
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        return EXIT_CONFIG
+    return result if isinstance(result, int) else EXIT_OK
