@@ -1,0 +1,138 @@
+-- Shared helpers for the mq wrk scripts (bench/lua/*.lua).
+--
+-- Each wrk thread runs its own Lua state; counters live in the global table
+-- `stats` of that state, and done() (main state) sums them over the threads
+-- registered in setup(). Parameters come from environment variables set by
+-- bench/run.py (MQB_QUEUE, MQB_BODY_BYTES, MQB_QUOTA, MQB_THREADS), so the
+-- scripts do not depend on how wrk passes arguments after the URL.
+-- done() prints one line "MQBENCH_JSON {...}" on stdout; bench/run.py parses it.
+
+local M = {}
+
+M.threads = {}
+
+function M.env(name, default)
+  local v = os.getenv(name)
+  if v == nil or v == "" then
+    return default
+  end
+  return v
+end
+
+M.queue = M.env("MQB_QUEUE", "bench")
+M.messages_path = "/" .. M.queue .. "/messages"
+
+-- A 1 KiB (MQB_BODY_BYTES) body of printable bytes.
+function M.body()
+  local n = tonumber(M.env("MQB_BODY_BYTES", "1024"))
+  local pattern = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_"
+  local reps = math.floor(n / #pattern) + 1
+  return string.sub(string.rep(pattern, reps), 1, n)
+end
+
+-- Main state: remember each thread; give it its index (1-based) and its share
+-- of MQB_QUOTA (total number of successful requests wanted; 0 = unlimited).
+function M.setup(thread)
+  table.insert(M.threads, thread)
+  local index = #M.threads
+  thread:set("thread_index", index)
+  local total = tonumber(M.env("MQB_QUOTA", "0"))
+  local nthreads = tonumber(M.env("MQB_THREADS", "1"))
+  local quota = 0
+  if total > 0 then
+    quota = math.floor(total / nthreads)
+    if index <= total % nthreads then
+      quota = quota + 1
+    end
+    if quota == 0 then
+      quota = -1 -- this thread has nothing to do: stop at once
+    end
+  end
+  thread:set("quota", quota)
+end
+
+-- Header lookup that does not depend on the server's header-name case.
+function M.header(headers, name)
+  local v = headers[name]
+  if v ~= nil then
+    return v
+  end
+  local lname = string.lower(name)
+  for k, val in pairs(headers) do
+    if string.lower(k) == lname then
+      return val
+    end
+  end
+  return nil
+end
+
+function M.count(stats, key)
+  stats[key] = (stats[key] or 0) + 1
+end
+
+local function encode(v)
+  local t = type(v)
+  if t == "table" then
+    local parts = {}
+    for k, val in pairs(v) do
+      table.insert(parts, string.format("%q", tostring(k)) .. ":" .. encode(val))
+    end
+    table.sort(parts)
+    return "{" .. table.concat(parts, ",") .. "}"
+  elseif t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then
+      return "null"
+    end
+    if v == math.floor(v) and math.abs(v) < 1e15 then
+      return string.format("%d", v)
+    end
+    return string.format("%.6f", v)
+  elseif t == "boolean" then
+    return tostring(v)
+  elseif t == "nil" then
+    return "null"
+  end
+  return string.format("%q", tostring(v))
+end
+M.encode = encode
+
+-- Main state: sum the threads' counters and print the wrk summary as JSON.
+function M.done(summary, latency, requests)
+  local counts = {}
+  for _, t in ipairs(M.threads) do
+    local s = t:get("stats")
+    if s ~= nil then
+      for k, v in pairs(s) do
+        counts[k] = (counts[k] or 0) + v
+      end
+    end
+  end
+  local lat = {
+    min = 0, max = 0, mean = 0, stdev = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0,
+  }
+  if summary.requests > 0 then
+    lat = {
+      min = latency.min,
+      max = latency.max,
+      mean = latency.mean,
+      stdev = latency.stdev,
+      p50 = latency:percentile(50),
+      p90 = latency:percentile(90),
+      p99 = latency:percentile(99),
+      p999 = latency:percentile(99.9),
+    }
+  end
+  local out = {
+    duration_us = summary.duration,
+    requests = summary.requests,
+    bytes = summary.bytes,
+    errors = summary.errors,
+    latency_us = lat,
+    threads = #M.threads,
+    counts = counts,
+  }
+  io.write("MQBENCH_JSON " .. encode(out) .. "\n")
+  io.flush()
+end
+
+return M
