@@ -81,7 +81,7 @@ def _config_callback(ctx: click.Context, param: click.Parameter, value: str | No
     if value:
         known = {p.name for p in ctx.command.params if p.name}
         try:
-            ctx.default_map = load_config_file(value, ctx.info_name or ctx.command.name or "", known)
+            ctx.default_map = load_config_file(value, ctx.command.name or "", known)
         except ConfigError as exc:
             raise click.BadParameter(exc.message, ctx=ctx, param=param) from exc
     return value

@@ -30,7 +30,14 @@ from daemons import _runtime
 from mqcore.errors import ConfigError, MessageTooLarge, MQError, QueueNotFound, StorageUnavailable
 from mqcore.index import ReadyIndex
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, check_message_id, check_queue_name, ready_name
+from mqcore.names import (
+    MessageId,
+    QueueName,
+    check_message_id,
+    check_queue_name,
+    parse_in_flight_name,
+    ready_name,
+)
 from mqcore.protocol import Store
 from mqcore.watch import DirEvent, DirWatcher, open_watcher
 
@@ -288,23 +295,33 @@ class Broker:
             self.leases.popitem(last=False)
 
     async def delete(self, queue: QueueName, message_id: MessageId) -> str:
-        """Delete a message by id wherever it is; return where it was."""
-        fetcher = self.fetcher_for(queue)
-        state = fetcher.queues.get(queue)
-        ready = state.index.name_for(message_id) if state is not None else None
+        """Delete a message by id wherever it is; return where it was.
+
+        Hints from the index and from this process's leases make the usual
+        case a single rename; when they miss (another process moved the
+        message, or a redelivery's inotify event is still queued), the store
+        lists ``delay/`` and the queue directory before answering 404.
+        """
+        if self.watcher is not None:
+            self._on_watch_events()
+        state = self.fetcher_for(queue).queues.get(queue)
+        ready_hints = [ready_name(message_id, 0)]
+        indexed = state.index.name_for(message_id) if state is not None else None
+        if indexed:
+            ready_hints.insert(0, indexed)
         lease = self.leases.pop((queue, message_id), None)
+        if lease:
+            parsed = parse_in_flight_name(lease)
+            if parsed is not None:
+                ready_hints.append(ready_name(message_id, parsed.receive_count))
         where = await self._in(
             self.savers,
             lambda: self.store.delete(
-                queue,
-                message_id,
-                ready_hint=[ready] if ready else [ready_name(message_id, 0)],
-                in_flight_hint=[lease] if lease else [],
-                list_ready=not (state is not None and state.watched),
+                queue, message_id, ready_hint=ready_hints, in_flight_hint=[lease] if lease else []
             ),
         )
-        if ready and state is not None:
-            state.index.discard(ready)
+        if indexed and state is not None:
+            state.index.discard(indexed)
         return where
 
 

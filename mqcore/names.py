@@ -35,6 +35,8 @@ MAX_QUEUE_NAME_CHARS = 80
 _QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _DEADLINE_DIGITS = 13
+_COUNT_RE = re.compile(r"0|[1-9][0-9]{0,8}")
+_DEADLINE_RE = re.compile(r"[0-9]{13}")
 
 NEW_DIR = "new"
 QUEUES_DIR = "queues"
@@ -139,7 +141,7 @@ def ready_name(message_id: MessageId, receive_count: int) -> str:
 def parse_ready_name(filename: str) -> tuple[MessageId, int] | None:
     """Parse ``ID.RC``; return ``(message_id, receive_count)`` or None for any other name."""
     mid, dot, rc = filename.partition(".")
-    if not dot or not rc.isdigit() or not _ID_RE.fullmatch(mid):
+    if not dot or not _COUNT_RE.fullmatch(rc) or not _ID_RE.fullmatch(mid):
         return None
     return MessageId(mid), int(rc)
 
@@ -156,9 +158,8 @@ def parse_in_flight_name(filename: str) -> InFlightName | None:
         return None
     deadline, queue, mid, rc = parts
     if (
-        len(deadline) != _DEADLINE_DIGITS
-        or not deadline.isdigit()
-        or not rc.isdigit()
+        not _DEADLINE_RE.fullmatch(deadline)
+        or not _COUNT_RE.fullmatch(rc)
         or not _QUEUE_RE.fullmatch(queue)
         or not _ID_RE.fullmatch(mid)
     ):

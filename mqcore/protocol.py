@@ -40,6 +40,7 @@ from mqcore.names import (
     parse_ready_name,
     ready_name,
     removed_name,
+    sent_ms_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -62,40 +63,33 @@ class DirSyncer:
     the call* has completed, so every rename the caller made before calling is
     durable. Concurrent callers share one fsync: the first becomes the leader,
     the others wait for it (or for the next one, if theirs came too late).
-    Thread-safe; directory descriptors are cached.
+
+    The leader opens the directory by path for each fsync: a cached descriptor
+    would keep syncing a directory that another process deleted and re-created
+    under the same name. If an fsync fails, every caller it would have covered
+    gets the error, even if a later fsync succeeds (an fsync error means the
+    writes may be gone: "fsyncgate"). Thread-safe.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self._cond = threading.Condition(threading.Lock())
         self._started: dict[str, int] = {}
         self._done: dict[str, int] = {}
+        self._failed: dict[str, tuple[int, int, str]] = {}
         self._busy: set[str] = set()
-        self._fds: dict[str, int] = {}
-
-    def _fd(self, path: str) -> int:
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-            self._fds[path] = fd
-        return fd
-
-    def forget(self, path: str) -> None:
-        """Close the cached descriptor of ``path`` (its directory was removed)."""
-        with self._lock:
-            fd = self._fds.pop(path, None)
-        if fd is not None:
-            os.close(fd)
 
     def sync(self, path: str) -> None:
         """Make every rename into ``path`` done before this call durable.
 
         Raises:
-            OSError: The fsync (or opening the directory) failed.
+            OSError: Opening or fsyncing the directory failed (for this caller's fsync).
         """
         with self._cond:
             need = self._started.get(path, 0) + 1
             while True:
+                failed = self._failed.get(path)
+                if failed is not None and failed[0] >= need:
+                    raise OSError(failed[1], failed[2], path)
                 if self._done.get(path, 0) >= need:
                     return
                 if path not in self._busy:
@@ -103,29 +97,24 @@ class DirSyncer:
                 self._cond.wait()
             self._busy.add(path)
             ticket = self._started[path] = self._started.get(path, 0) + 1
-            try:
-                fd = self._fd(path)
-            except OSError:
-                self._busy.discard(path)
-                self._cond.notify_all()
-                raise
-        failed = True
+        error: OSError | None = None
         try:
-            os.fsync(fd)
-            failed = False
-        finally:
-            with self._cond:
-                self._busy.discard(path)
-                if not failed:
-                    self._done[path] = max(self._done.get(path, 0), ticket)
-                self._cond.notify_all()
-
-    def close(self) -> None:
-        """Close every cached descriptor."""
-        with self._lock:
-            fds, self._fds = self._fds, {}
-        for fd in fds.values():
-            os.close(fd)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            error = exc
+        with self._cond:
+            self._busy.discard(path)
+            if error is None:
+                self._done[path] = max(self._done.get(path, 0), ticket)
+            else:
+                self._failed[path] = (ticket, error.errno or errno.EIO, error.strerror or str(error))
+            self._cond.notify_all()
+        if error is not None:
+            raise error
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +150,7 @@ class Store:
         self.ids = ids or IdGenerator()
         self.fsync = fsync
         self.syncer = DirSyncer()
+        self._sync_dir(self.layout.root)
 
     # -- queues ------------------------------------------------------------
 
@@ -176,17 +166,19 @@ class Store:
             StorageUnavailable: The directory could not be made durable.
         """
         path = self.layout.queue_dir(queue)
+        created = True
         try:
             os.mkdir(path)
         except FileExistsError:
-            return False
+            # Its creator may have died before the fsync below: sync again.
+            created = False
         except OSError as exc:
             raise _storage_error("mkdir", exc) from exc
         try:
             self._sync_dir(self.layout.queues)
         except OSError as exc:
             raise _storage_error("fsync of queues/", exc) from exc
-        return True
+        return created
 
     def list_queues(self) -> list[QueueName]:
         """Names of all queues, sorted."""
@@ -198,31 +190,36 @@ class Store:
                         out.append(check_queue_name(entry.name))
         return sorted(out)
 
-    def delete_queue(self, queue: QueueName) -> None:
+    def delete_queue(self, queue: QueueName, now: int | None = None) -> None:
         """Delete a queue and every message in it.
 
         The queue directory is renamed into ``remove/`` in one step (consumers
         see it vanish at once; mq-reaper removes the tree), then the queue's
-        in-flight files in ``delay/`` follow it. In-flight files missed here
-        (a receive racing the delete) are sent to ``remove/`` by mq-mover when
+        in-flight files in ``delay/`` sent before ``now`` follow it (later ones
+        belong to a queue re-created since). In-flight files missed here (a
+        receive racing the delete) are sent to ``remove/`` by mq-mover when
         they come due and their queue is gone.
 
         Raises:
             QueueNotFound: No such queue.
+            StorageUnavailable: The deletion could not be made durable.
         """
+        deleted_at = now if now is not None else now_ms()
         path = self.layout.queue_dir(queue)
         target = self.layout.remove_path(f"{queue}.{uuid.uuid4().hex}{REMOVED_QUEUE_SUFFIX}")
         try:
             os.rename(path, target)
         except FileNotFoundError:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue) from None
-        self.syncer.forget(path)
         for name in self._listdir(self.layout.delay):
             parsed = parse_in_flight_name(name)
-            if parsed is not None and parsed.queue == queue:
+            if parsed is not None and parsed.queue == queue and sent_ms_of(parsed.message_id) <= deleted_at:
                 self._move_to_remove(self.layout.delay_path(name), removed_name(queue, parsed.message_id))
-        with contextlib.suppress(OSError):
+        try:
+            self._sync_dir(self.layout.queues)
             self._sync_dir(self.layout.remove)
+        except OSError as exc:
+            raise _storage_error("fsync after deleting a queue", exc) from exc
 
     # -- send --------------------------------------------------------------
 
@@ -538,8 +535,7 @@ class Store:
             raise
 
     def close(self) -> None:
-        """Release cached directory descriptors."""
-        self.syncer.close()
+        """Nothing to release today; kept so callers can treat a Store as a resource."""
 
 
 def _read_all(fd: int) -> bytes:
