@@ -138,6 +138,10 @@ class CpuMeter:
         me = (s1.ru_utime - self.s0.ru_utime) + (s1.ru_stime - self.s0.ru_stime)
         out["wrk_cpu_pct"] = round(100 * wrk / wall, 1)
         out["bench_cpu_pct"] = round(100 * me / wall, 1)
+        # CPU used by anything else on the machine (other users' work disturbs the figures).
+        ours = sum(v for k, v in out.items() if k.endswith("_cpu_pct"))
+        busy_cores_pct = (total - d[3] - d[4]) / total * 100 * len(os.sched_getaffinity(0))
+        out["other_cpu_pct"] = round(max(0.0, busy_cores_pct - ours), 1)
         return out
 
 
@@ -255,6 +259,21 @@ class WrkRun:
         """Request latency percentiles, in milliseconds."""
         lat = self.latency_us
         return {k: round(float(lat.get(k, 0)) / 1000.0, 3) for k in ("p50", "p90", "p99", "p999", "max")}
+
+    def latency_by_method_ms(self) -> dict[str, dict[str, float]]:
+        """p50/p90/p99 per HTTP method, in ms, from the scripts' own 5%-wide histograms.
+
+        Only meaningful with one connection per wrk thread (receive+delete and
+        cycle runs); wrk's own figures (:meth:`latency_ms`) mix all methods.
+        """
+        per = self.raw.get("per_method_latency_us") or {}
+        return {
+            method: {
+                "count": int(h.get("count", 0)),
+                **{k: round(h.get(k, 0) / 1000.0, 3) for k in ("p50", "p90", "p99")},
+            }
+            for method, h in sorted(per.items())
+        }
 
     def statuses(self) -> dict[str, int]:
         """Responses per ``<method>_<status>``."""
@@ -636,6 +655,7 @@ class Bench:
                 "cycles_per_s": round(run.rate("cycles"), 1),
                 "requests_per_s": round(run.requests / run.duration_s, 1),
                 "latency_ms": run.latency_ms(),
+                "latency_by_method_ms": run.latency_by_method_ms(),
                 "cycles": run.counts.get("cycles", 0),
                 "empty_receives": empty,
                 "duration_s": round(run.duration_s, 3),
@@ -662,6 +682,7 @@ class Bench:
             "depth": start_depth,
             "cycles_per_s": round(run.rate("cycles"), 1),
             "latency_ms": run.latency_ms(),
+            "latency_by_method_ms": run.latency_by_method_ms(),
             "cycles": run.counts.get("cycles", 0),
             "empty_receives": run.counts.get("empty", 0),
             "duration_s": round(run.duration_s, 3),
@@ -724,6 +745,7 @@ class Bench:
             "timed_out": timed_out,
             "cycles_by_wrk": run.counts.get("cycles", 0),
             "latency_ms": run.latency_ms(),
+            "latency_by_method_ms": run.latency_by_method_ms(),
             "statuses": run.statuses(),
             "socket_errors": run.errors,
             "cpu": cpu,

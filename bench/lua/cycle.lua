@@ -23,6 +23,7 @@ function init(args)
 end
 
 function request()
+  mq.begin()
   last = step
   if step == "post" then
     return post_req
@@ -33,6 +34,7 @@ function request()
 end
 
 function response(status, headers, body)
+  mq.record(stats, last)
   mq.count(stats, last .. "_" .. status)
   if last == "post" then
     if status == 201 then

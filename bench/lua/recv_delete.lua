@@ -21,6 +21,7 @@ function init(args)
 end
 
 function request()
+  mq.begin()
   if pending_id ~= nil then
     last = "delete"
     return wrk.format("DELETE", mq.messages_path .. "/" .. pending_id)
@@ -30,6 +31,7 @@ function request()
 end
 
 function response(status, headers, body)
+  mq.record(stats, last)
   mq.count(stats, last .. "_" .. status)
   if last == "get" then
     if status == 200 then
