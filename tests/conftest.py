@@ -1,0 +1,504 @@
+"""Fixtures that run the real daemons as subprocesses and talk to them over real HTTP.
+
+Each daemon is started as ``python -m daemons.<module> --root ROOT ...`` (``mq`` on
+``--port 0``), and is ready once its readiness line appears on stderr (the team
+contract: ``mq listening on http://HOST:PORT``, ``mq-mover ready``, ``mq-reaper
+ready``). A thread keeps draining stderr into a buffer for the life of the process,
+so the pipe never fills and every assertion can show the log. At teardown every
+daemon still running gets SIGTERM and must exit 0 (STYLE.md, Tests; dramatiq
+``test_cli``). Nothing is mocked: real files under ``tmp_path``, real sockets on
+127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+import pytest
+import yarl
+
+#: The repository root (the daemons are imported from here).
+REPO = Path(__file__).resolve().parent.parent
+
+#: How long a daemon may take to print its readiness line, in seconds (generous: never a speed test).
+READY_TIMEOUT_SECONDS = 15.0
+#: How long a daemon may take to exit after SIGTERM, in seconds.
+STOP_TIMEOUT_SECONDS = 20.0
+
+_MQ_URL_RE = re.compile(r"mq listening on (http://[^\s/]+)")
+
+
+class DaemonError(AssertionError):
+    """A daemon did not start, did not stop cleanly, or misbehaved; the message carries its log."""
+
+
+class Daemon:
+    """One daemon subprocess with its stderr captured.
+
+    Args:
+        name: ``mq``, ``mq-mover`` or ``mq-reaper`` (selects module and readiness line).
+        args: Command-line arguments after the module (``--root`` etc.).
+        env: Extra environment variables (``MQ_*`` from the outer environment are dropped).
+    """
+
+    MODULES: ClassVar[dict[str, str]] = {
+        "mq": "daemons.front",
+        "mq-mover": "daemons.mover",
+        "mq-reaper": "daemons.reaper",
+    }
+    READY: ClassVar[dict[str, str]] = {
+        "mq": "mq listening on http://",
+        "mq-mover": "mq-mover ready",
+        "mq-reaper": "mq-reaper ready",
+    }
+
+    def __init__(self, name: str, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.args = list(args)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
+        self.env.update(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url: str | None = None
+        self.starts = 0
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def command(self) -> list[str]:
+        """The argv the daemon is started with."""
+        return [sys.executable, "-m", self.MODULES[self.name], *self.args]
+
+    def start(self) -> Daemon:
+        """Start the process and wait for its readiness line.
+
+        Raises:
+            DaemonError: It exited or stayed silent for ``READY_TIMEOUT_SECONDS``.
+        """
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> Daemon:
+        """Start the process without waiting (pair with :meth:`wait_ready`)."""
+        assert not self.running, f"{self.name} is already running"
+        self.starts += 1
+        self._append(f"--- test harness: start #{self.starts}: {' '.join(self.command)}")
+        self._ready.clear()
+        self.url = None
+        self.proc = subprocess.Popen(
+            self.command,
+            cwd=REPO,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._reader = threading.Thread(target=self._drain, args=(self.proc,), name=f"{self.name}-stderr", daemon=True)
+        self._reader.start()
+        return self
+
+    def wait_ready(self) -> Daemon:
+        """Wait for the readiness line of the process started by :meth:`spawn`.
+
+        Raises:
+            DaemonError: It exited or stayed silent for ``READY_TIMEOUT_SECONDS``.
+        """
+        assert self.proc is not None and self._reader is not None
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while not self._ready.wait(0.01):
+            if self.proc.poll() is not None:
+                self._reader.join(5)
+                raise DaemonError(f"{self.name} exited with {self.proc.returncode} before ready\n{self.log}")
+            if time.monotonic() > deadline:
+                raise DaemonError(f"{self.name} not ready after {READY_TIMEOUT_SECONDS} s\n{self.log}")
+        return self
+
+    async def astart(self) -> Daemon:
+        """:meth:`start` from a thread, so concurrent clients in the event loop keep running."""
+        return await asyncio.to_thread(self.start)
+
+    def _drain(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stderr is not None
+        with proc.stderr:
+            for raw in proc.stderr:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self._append(line)
+                if not self._ready.is_set() and self.READY[self.name] in line:
+                    if self.name == "mq":
+                        match = _MQ_URL_RE.search(line)
+                        if match:
+                            self.url = match.group(1)
+                    self._ready.set()
+
+    def _append(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+
+    @property
+    def running(self) -> bool:
+        """True while the current process has not exited."""
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        """Pid of the current process."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` (default SIGKILL), wait for the exit and return the exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        code = self.proc.wait(STOP_TIMEOUT_SECONDS)
+        if self._reader is not None:
+            self._reader.join(5)
+        self._append(f"--- test harness: sent signal {signal.Signals(sig).name}, exit status {code}")
+        return code
+
+    def restart(self) -> Daemon:
+        """Kill -9 the process if it still runs, then start it again with the same arguments."""
+        if self.running:
+            self.kill()
+        return self.start()
+
+    async def arestart(self) -> Daemon:
+        """:meth:`restart` from a thread."""
+        return await asyncio.to_thread(self.restart)
+
+    def stop(self) -> int:
+        """SIGTERM and wait; return the exit status (0 expected). Kill -9 on timeout.
+
+        Raises:
+            DaemonError: It did not exit within ``STOP_TIMEOUT_SECONDS``.
+        """
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise DaemonError(f"{self.name} ignored SIGTERM for {STOP_TIMEOUT_SECONDS} s\n{self.log}") from None
+        if self._reader is not None:
+            self._reader.join(5)
+        self._append(f"--- test harness: SIGTERM, exit status {code}")
+        return code
+
+    @property
+    def log(self) -> str:
+        """Everything the daemon wrote to stderr (all starts), one line per event."""
+        with self._lock:
+            return "\n".join(self._lines)
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of :attr:`log` (for assertion messages)."""
+        with self._lock:
+            return "\n".join(self._lines[-lines:])
+
+
+@dataclass
+class Reply:
+    """What the client saw: status, headers, body bytes (and JSON if the body is JSON)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    content_type: str | None
+
+    @property
+    def json(self) -> Any:
+        """The body parsed as JSON (raises if it is not JSON)."""
+        import json
+
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        """A response header, case-insensitive."""
+        for key, value in self.headers.items():
+            if key.lower() == name.lower():
+                return value
+        return None
+
+
+@dataclass
+class Stack:
+    """mq, mq-mover and mq-reaper on one root.
+
+    Attributes:
+        root: The root directory.
+        mq: The HTTP front end (``mq.url`` is its current base URL; it changes on restart).
+        mover: mq-mover (None if not started).
+        reaper: mq-reaper (None if not started).
+    """
+
+    root: Path
+    mq: Daemon
+    mover: Daemon | None
+    reaper: Daemon | None
+    session: aiohttp.ClientSession | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        """Base URL of mq, e.g. ``http://127.0.0.1:40123``.
+
+        Raises:
+            aiohttp.ClientConnectionError: mq is between a kill and its readiness line.
+        """
+        if not self.mq.url:
+            raise aiohttp.ClientConnectionError("mq is not running (being restarted?)")
+        return self.mq.url
+
+    def daemons(self) -> list[Daemon]:
+        """The daemons of this stack."""
+        return [d for d in (self.mq, self.mover, self.reaper) if d is not None]
+
+    def logs(self) -> str:
+        """The tail of every daemon's log, for assertion messages."""
+        return "\n".join(f"===== {d.name} =====\n{d.log_tail()}" for d in self.daemons())
+
+    def files(self, sub: str) -> list[str]:
+        """Sorted names in ``root/sub`` (``new``, ``delay``, ``remove``, ``queues/Q``); [] if missing."""
+        try:
+            return sorted(os.listdir(self.root / sub))
+        except FileNotFoundError:
+            return []
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: Any = None,
+        headers: dict[str, str] | None = None,
+        skip_auto_headers: Sequence[str] = (),
+    ) -> Reply:
+        """Send one HTTP request to mq; ``path`` is sent exactly as given (no normalisation).
+
+        Raises:
+            aiohttp.ClientError, asyncio.TimeoutError: Transport failures (e.g. mq was killed).
+        """
+        assert self.session is not None, "use the stack fixtures, which attach a session"
+        url = yarl.URL(self.url + path, encoded=True)
+        async with self.session.request(
+            method, url, data=data, headers=headers, skip_auto_headers=skip_auto_headers
+        ) as resp:
+            body = await resp.read()
+            return Reply(resp.status, dict(resp.headers), body, resp.headers.get("Content-Type"))
+
+    # -- shorthands ----------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        """PUT /queue, asserting 201."""
+        reply = await self.request("PUT", f"/{queue}")
+        assert reply.status == 201, f"PUT /{queue} -> {reply.status} {reply.body!r}\n{self.logs()}"
+
+    async def send(self, queue: str, body: bytes, content_type: str | None = None) -> str:
+        """POST a message, asserting 201 and an X-Message-Id; return the id."""
+        headers = {"Content-Type": content_type} if content_type else None
+        reply = await self.request(
+            "POST",
+            f"/{queue}/messages",
+            data=body,
+            headers=headers,
+            skip_auto_headers=() if content_type else ("Content-Type",),
+        )
+        assert reply.status == 201, f"POST -> {reply.status} {reply.body[:300]!r}\n{self.logs()}"
+        message_id = reply.header("X-Message-Id")
+        assert message_id, f"201 without X-Message-Id: {reply.headers}"
+        return message_id
+
+    async def receive(self, queue: str) -> Reply:
+        """GET /queue/messages (200 or 204 expected; anything else fails)."""
+        reply = await self.request("GET", f"/{queue}/messages")
+        assert reply.status in (200, 204), f"GET messages -> {reply.status} {reply.body[:300]!r}\n{self.logs()}"
+        return reply
+
+    async def delete(self, queue: str, message_id: str) -> Reply:
+        """DELETE /queue/messages/id (status not checked)."""
+        return await self.request("DELETE", f"/{queue}/messages/{message_id}")
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[Any]] | Callable[[], Any],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    message: str | Callable[[], str] = "condition not met",
+) -> Any:
+    """Poll ``predicate`` (sync or async) until it returns a truthy value; return that value.
+
+    Raises:
+        AssertionError: Still falsy after ``timeout`` seconds (with ``message``).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout} s: {text}")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture
+def wait() -> Callable[..., Awaitable[Any]]:
+    """The :func:`wait_for` poller, for tests (conftest is not imported directly)."""
+    return wait_for
+
+
+class Daemons:
+    """The daemons a fixture started; :meth:`stop_all` stops them at teardown."""
+
+    def __init__(self) -> None:
+        self.started: list[Daemon] = []
+
+    def spawn(self, name: str, *args: str | os.PathLike[str], env: dict[str, str] | None = None) -> Daemon:
+        """Start a daemon without waiting for readiness."""
+        daemon = Daemon(name, [os.fspath(a) for a in args], env)
+        self.started.append(daemon)
+        return daemon.spawn()
+
+    def start(self, name: str, *args: str | os.PathLike[str], env: dict[str, str] | None = None) -> Daemon:
+        """Start a daemon and wait until it is ready."""
+        return self.spawn(name, *args, env=env).wait_ready()
+
+    def stop_all(self) -> None:
+        """SIGTERM every daemon still running (last started first); each must exit 0.
+
+        Raises:
+            DaemonError: Some daemon exited non-zero or hung (all are stopped anyway).
+        """
+        failures = []
+        for daemon in reversed(self.started):
+            if not daemon.running:
+                continue
+            try:
+                code = daemon.stop()
+            except DaemonError as exc:
+                failures.append(str(exc))
+                continue
+            if code != 0:
+                failures.append(f"{daemon.name} exited {code} on SIGTERM (expected 0)\n{daemon.log_tail(80)}")
+        if failures:
+            raise DaemonError("\n\n".join(failures))
+
+    def stack(
+        self,
+        root: Path,
+        *,
+        visibility_timeout: int = 30,
+        peers: int | None = None,
+        max_message_size: int | None = None,
+        mq_args: Sequence[str] = (),
+        mover_args: Sequence[str] = (),
+        reaper_args: Sequence[str] = (),
+        mover: bool = True,
+        reaper: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> Stack:
+        """Start mq (+ mq-mover + mq-reaper) on ``root`` in parallel; wait until all are ready."""
+        root.mkdir(parents=True, exist_ok=True)
+        args = ["--root", str(root), "--port", "0", "--visibility-timeout", str(visibility_timeout)]
+        if peers is not None:
+            args += ["--peers", str(peers)]
+        if max_message_size is not None:
+            args += ["--max-message-size", str(max_message_size)]
+        front = self.spawn("mq", *args, *mq_args, env=env)
+        mov = self.spawn("mq-mover", "--root", root, *mover_args, env=env) if mover else None
+        rea = self.spawn("mq-reaper", "--root", root, *reaper_args, env=env) if reaper else None
+        for daemon in (front, mov, rea):
+            if daemon is not None:
+                daemon.wait_ready()
+        return Stack(root=root, mq=front, mover=mov, reaper=rea)
+
+
+@pytest.fixture
+def daemons() -> Iterator[Daemons]:
+    """Start single daemons: ``daemons.start("mq", "--root", root, "--port", "0")``.
+
+    Every daemon still running at teardown gets SIGTERM and must exit 0.
+    """
+    started = Daemons()
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """One aiohttp client session (30 s total timeout per request)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+StackFactory = Callable[..., Stack]
+
+
+@pytest.fixture
+def stack_factory(tmp_path: Path, daemons: Daemons, http: aiohttp.ClientSession) -> StackFactory:
+    """Start a stack with custom options: ``stack_factory(visibility_timeout=1, peers=2, ...)``.
+
+    Keyword options (see :meth:`Daemons.stack`): ``root`` (default ``tmp_path / "root"``),
+    ``visibility_timeout`` (seconds, default 30), ``peers``, ``max_message_size`` (bytes),
+    ``mq_args``, ``mover_args``, ``reaper_args``, ``mover``/``reaper`` (False leaves it out), ``env``.
+    The returned stack's HTTP helpers use this test's client session.
+    """
+
+    def factory(*, root: Path | None = None, **options: Any) -> Stack:
+        stack = daemons.stack(root or tmp_path / "root", **options)
+        stack.session = http
+        return stack
+
+    return factory
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, stack_factory: StackFactory) -> Stack:
+    """A fresh full stack on ``tmp_path / "root"``; parametrize indirectly to pass options, e.g.
+    ``@pytest.mark.parametrize("stack", [{"visibility_timeout": 1}], indirect=True)``."""
+    options = getattr(request, "param", None) or {}
+    return stack_factory(**options)
+
+
+@pytest.fixture(scope="module")
+def _module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    started = Daemons()
+    try:
+        yield started.stack(tmp_path_factory.mktemp("shared") / "root")
+    finally:
+        started.stop_all()
+
+
+@pytest.fixture
+def shared_stack(_module_stack: Stack, http: aiohttp.ClientSession) -> Stack:
+    """A full stack with default options shared by the tests of one module (start-up paid once).
+
+    Tests using it must use their own queue names (the ``queue`` fixture) and must not
+    assume other queues' files are absent.
+    """
+    return dataclasses.replace(_module_stack, session=http)
+
+
+@pytest.fixture
+def queue(request: pytest.FixtureRequest) -> str:
+    """A queue name unique to the test (not created)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:80]
