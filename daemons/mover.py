@@ -1,0 +1,513 @@
+"""mq-mover: redelivers in-flight messages whose visibility deadline has passed.
+
+A receive renames ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC`` (``DL`` = deadline
+in epoch milliseconds). This daemon renames each such file back into its queue
+once ``DL`` has passed (``docs/protocol.md``, "Redelivery"), or into
+``remove/`` when its queue is gone, so nothing is ever stranded in ``delay/``.
+
+How it finds the files (the Go original watched inotify only, so files already
+in ``delay/`` at start-up stayed there forever):
+
+- a full scan of ``delay/`` at start-up, before the readiness line;
+- inotify on ``delay/`` (:class:`mqcore.watch.DirWatcher` on the event loop),
+  so a new lease is known the moment it is made;
+- a full rescan every ``--rescan-interval`` seconds, as a safety net for what
+  inotify cannot see (other hosts on NFS, lost events, ``IN_Q_OVERFLOW``), and
+  the only mechanism where inotify is unavailable (``MQ_NO_INOTIFY=1``).
+
+Known files sit in a heap ordered by deadline. The loop sleeps until the
+earliest deadline or the next rescan, whichever comes first, and is woken
+early only by an arrival that is due sooner: it never polls. Entries may be
+stale (the message was deleted or redelivered elsewhere); redelivering one
+costs a failed rename and returns ``"gone"``.
+
+Blocking directory work runs in threads (``asyncio.to_thread``); the loop only
+parses names and keeps the heap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import heapq
+import logging
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from daemons._runtime import (
+    EXIT_CONFIG,
+    EXIT_OK,
+    EXIT_USAGE,
+    check_root,
+    config_option,
+    install_stop_signals,
+    log_sources,
+    run,
+    sd_notify,
+    setup_logging,
+)
+from mqcore.errors import ConfigError
+from mqcore.names import InFlightName, parse_in_flight_name
+from mqcore.protocol import Store, now_ms
+from mqcore.watch import DirWatcher, open_watcher
+
+logger = logging.getLogger(__name__)
+
+#: Default interval between full rescans of ``delay/``, in seconds.
+DEFAULT_RESCAN_INTERVAL_SECONDS = 10.0
+#: Most redeliveries done in one worker-thread call (keeps shutdown and logging prompt in a flood).
+REDELIVER_BATCH = 512
+#: Stale heap entries tolerated beyond twice the live ones before the heap is rebuilt.
+COMPACT_SLACK = 1024
+#: Log levels accepted by ``--log-level``.
+LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
+#: Watch tag of ``delay/``.
+_DELAY_TAG = "delay"
+
+
+# -- settings ---------------------------------------------------------------
+
+
+def check_interval(key: str, value: float) -> None:
+    """Raise ConfigError unless ``value`` (seconds) is a finite number > 0.
+
+    Raises:
+        ConfigError: Zero, negative, NaN or infinite; ``details["key"]`` is ``key``.
+    """
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key} must be a finite number of seconds > 0, got {value}", key=key, value=value)
+
+
+def check_log_level(value: str) -> None:
+    """Raise ConfigError unless ``value`` names a logging level (any case).
+
+    Raises:
+        ConfigError: Not one of DEBUG, INFO, WARNING, ERROR, CRITICAL.
+    """
+    if value.upper() not in LOG_LEVELS:
+        raise ConfigError(
+            f"log-level must be one of {', '.join(sorted(LOG_LEVELS))}, got {value!r}", key="log-level", value=value
+        )
+
+
+def check_root_value(value: str) -> None:
+    """Raise ConfigError if ``value`` is empty (the root itself is checked by ``check_root``)."""
+    if not value:
+        raise ConfigError("root must not be empty", key="root", value=value)
+
+
+@dataclass(frozen=True, slots=True)
+class MoverSettings:
+    """Settings of mq-mover (CLI > env > TOML ``[mq-mover]`` > defaults)."""
+
+    root: str
+    """Root of the folder tree (``--root``, ``MQ_ROOT``)."""
+    rescan_interval_seconds: float = DEFAULT_RESCAN_INTERVAL_SECONDS
+    """Seconds between full rescans of ``delay/`` (``--rescan-interval``, ``MQ_MOVER_RESCAN_INTERVAL``)."""
+    log_level: str = "INFO"
+    """Logging level name (``--log-level``, ``MQ_LOG_LEVEL``)."""
+
+    def __post_init__(self) -> None:
+        """Check every field.
+
+        Raises:
+            ConfigError: A value is out of range; ``details["key"]`` names the option.
+        """
+        check_root_value(self.root)
+        check_interval("rescan-interval", self.rescan_interval_seconds)
+        check_log_level(self.log_level)
+
+
+# -- the daemon ---------------------------------------------------------------
+
+
+async def wait_for_wake(wake: asyncio.Event, timeout_seconds: float) -> None:
+    """Wait until ``wake`` is set or ``timeout_seconds`` have passed (no error either way)."""
+    if wake.is_set() or timeout_seconds <= 0:
+        return
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            await wake.wait()
+    except TimeoutError:
+        pass
+
+
+class Mover:
+    """Redelivers due in-flight messages of one root.
+
+    Args:
+        store: The protocol on the root.
+        rescan_interval_seconds: Seconds between full rescans of ``delay/``.
+        watcher: inotify watcher to use for ``delay/``, or None to rely on rescans.
+    """
+
+    def __init__(self, store: Store, *, rescan_interval_seconds: float, watcher: DirWatcher | None) -> None:
+        self.store = store
+        self.rescan_interval_seconds = rescan_interval_seconds
+        self.watcher = watcher
+        self._loop = asyncio.get_running_loop()
+        #: (deadline_ms, file name); may hold stale and duplicate entries (lazy deletion).
+        self._heap: list[tuple[int, str]] = []
+        #: File names believed to be in ``delay/`` and not yet handled, with their parsed form.
+        self._pending: dict[str, InFlightName] = {}
+        self._wake = asyncio.Event()
+        self._rescan_requested = False
+        #: Deadline (epoch ms) the loop sleeps until; an arrival due earlier wakes it.
+        self._sleep_until_ms: float = math.inf
+        self._reading = False
+
+    def __len__(self) -> int:
+        """Number of in-flight files known and not yet handled."""
+        return len(self._pending)
+
+    def count_due(self, now: int) -> int:
+        """Number of known in-flight files whose deadline is at or before ``now`` (epoch ms)."""
+        return sum(1 for item in self._pending.values() if item.deadline_ms <= now)
+
+    @property
+    def watching(self) -> bool:
+        """True while inotify watches ``delay/``."""
+        return self.watcher is not None and self.watcher.watching(_DELAY_TAG)
+
+    # -- what is known --------------------------------------------------
+
+    def add(self, item: InFlightName) -> None:
+        """Remember an in-flight file; wake the loop if it is due before the current sleep ends."""
+        name = item.filename
+        if name in self._pending:
+            return
+        self._pending[name] = item
+        heapq.heappush(self._heap, (item.deadline_ms, name))
+        if item.deadline_ms < self._sleep_until_ms:
+            self._wake.set()
+
+    def _request_rescan(self) -> None:
+        self._rescan_requested = True
+        self._wake.set()
+
+    def _on_readable(self) -> None:
+        """inotify callback (on the loop): fold events into the heap; never blocks."""
+        assert self.watcher is not None
+        for ev in self.watcher.read():
+            if ev.overflow:
+                logger.warning("inotify queue overflowed, rescanning delay/")
+                self._request_rescan()
+            elif ev.dir_gone:
+                logger.warning("delay/ was removed or moved, recreating and rescanning")
+                self._request_rescan()
+            elif ev.arrived:
+                item = parse_in_flight_name(ev.name)
+                if item is None:
+                    logger.debug("ignoring foreign file in delay/ name=%s", ev.name)
+                else:
+                    self.add(item)
+            elif ev.left:
+                self._pending.pop(ev.name, None)
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale heap entries once they outnumber live ones (bounds memory with long timeouts).
+
+        Without this, messages received with a long visibility timeout and
+        deleted at once would leave one heap entry each until their deadline.
+        """
+        if len(self._heap) > 2 * len(self._pending) + COMPACT_SLACK:
+            self._heap = [(item.deadline_ms, name) for name, item in self._pending.items()]
+            heapq.heapify(self._heap)
+
+    # -- start-up, rescans ------------------------------------------------
+
+    async def start(self) -> None:
+        """Watch ``delay/`` (if inotify is there), then scan it once.
+
+        The watch comes first, so a lease made during the scan is seen by one
+        or the other.
+        """
+        if self.watcher is not None:
+            self._loop.add_reader(self.watcher.fileno(), self._on_readable)
+            self._reading = True
+        await self.rescan()
+
+    async def rescan(self) -> None:
+        """Re-establish the watch if lost, list ``delay/`` and add what is not known yet.
+
+        A failed listing (e.g. EIO) is logged; the next rescan tries again.
+        """
+        self._rescan_requested = False
+        try:
+            if not self.watching:
+                # The directory may have been removed (dir_gone); Layout.create is idempotent.
+                await asyncio.to_thread(self.store.layout.create)
+                if self.watcher is not None:
+                    self.watcher.watch(self.store.layout.delay, _DELAY_TAG)
+            items = await asyncio.to_thread(self.store.scan_in_flight)
+        except OSError as exc:
+            logger.error("rescan of delay/ failed error=%s", exc)
+            return
+        before = len(self._pending)
+        for item in items:
+            self.add(item)
+        logger.debug("rescanned delay/ files=%d new=%d", len(items), len(self._pending) - before)
+
+    # -- redelivery -----------------------------------------------------
+
+    def _take_due(self, now: int, limit: int) -> list[InFlightName]:
+        batch: list[InFlightName] = []
+        while self._heap and self._heap[0][0] <= now and len(batch) < limit:
+            _, name = heapq.heappop(self._heap)
+            item = self._pending.pop(name, None)
+            if item is not None:
+                batch.append(item)
+        return batch
+
+    def _redeliver_batch(self, batch: list[InFlightName]) -> list[tuple[InFlightName, str | OSError]]:
+        """Worker thread: redeliver each item; an OSError is returned, not raised."""
+        out: list[tuple[InFlightName, str | OSError]] = []
+        for item in batch:
+            try:
+                out.append((item, self.store.redeliver(item)))
+            except OSError as exc:
+                out.append((item, exc))
+        return out
+
+    async def redeliver_due(self, stop: asyncio.Event | None = None) -> int:
+        """Redeliver every known file whose deadline has passed, in worker-thread batches.
+
+        Args:
+            stop: When set, return after the current batch.
+        Returns:
+            Number of files moved (redelivered or orphaned).
+        """
+        moved = 0
+        while stop is None or not stop.is_set():
+            now = now_ms()
+            batch = self._take_due(now, REDELIVER_BATCH)
+            if not batch:
+                break
+            for item, result in await asyncio.to_thread(self._redeliver_batch, batch):
+                if isinstance(result, OSError):
+                    # Not re-queued (that could spin); the next rescan finds the file again.
+                    logger.error(
+                        "redelivery failed queue=%s id=%s name=%s error=%s (retried at next rescan)",
+                        item.queue,
+                        item.message_id,
+                        item.filename,
+                        result,
+                    )
+                elif result == "redelivered":
+                    moved += 1
+                    logger.info(
+                        "redelivered queue=%s id=%s receive_count=%d deadline_ms=%d late_ms=%d",
+                        item.queue,
+                        item.message_id,
+                        item.receive_count,
+                        item.deadline_ms,
+                        now - item.deadline_ms,
+                    )
+                elif result == "orphaned":
+                    moved += 1
+                    logger.info(
+                        "orphaned queue=%s id=%s (queue is gone, moved to remove/)", item.queue, item.message_id
+                    )
+                else:
+                    logger.debug("already gone queue=%s id=%s name=%s", item.queue, item.message_id, item.filename)
+        return moved
+
+    def _next_deadline_ms(self) -> int | None:
+        while self._heap and self._heap[0][1] not in self._pending:
+            heapq.heappop(self._heap)  # stale: left delay/ or already handled
+        return self._heap[0][0] if self._heap else None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Redeliver until ``stop`` is set, sleeping until the next deadline, arrival or rescan."""
+        stop_waiter = asyncio.ensure_future(stop.wait())
+        stop_waiter.add_done_callback(lambda _: self._wake.set())
+        next_rescan = self._loop.time() + self.rescan_interval_seconds
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                self._sleep_until_ms = math.inf  # while working, any arrival re-runs the loop
+                if self._rescan_requested or self._loop.time() >= next_rescan:
+                    await self.rescan()
+                    next_rescan = self._loop.time() + self.rescan_interval_seconds
+                await self.redeliver_due(stop)
+                if stop.is_set() or self._rescan_requested:
+                    continue
+                timeout = next_rescan - self._loop.time()
+                deadline = self._next_deadline_ms()
+                if deadline is not None:
+                    self._sleep_until_ms = deadline
+                    # +1 ms: wake at or after the deadline, never just before it.
+                    timeout = min(timeout, (deadline - now_ms() + 1) / 1000)
+                await wait_for_wake(self._wake, timeout)
+        finally:
+            stop_waiter.cancel()
+
+    def close(self) -> None:
+        """Stop reading inotify events and close the watcher."""
+        if self.watcher is not None:
+            if self._reading:
+                self._loop.remove_reader(self.watcher.fileno())
+                self._reading = False
+            self.watcher.close()
+
+
+async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:
+    """Run mq-mover until ``shutdown_trigger`` is set (or SIGTERM/SIGINT without one).
+
+    Logs ``mq-mover ready root=...`` and notifies systemd (``READY=1``) once
+    the start-up scan of ``delay/`` is done and the watch is in place.
+
+    Args:
+        settings: The daemon's settings.
+        shutdown_trigger: Set it to stop; when None, SIGTERM and SIGINT set an
+            internal one. The current batch of renames is finished first.
+    """
+    stop = shutdown_trigger if shutdown_trigger is not None else asyncio.Event()
+    if shutdown_trigger is None:
+        install_stop_signals(stop)
+    store = await asyncio.to_thread(Store, settings.root)
+    mover = Mover(store, rescan_interval_seconds=settings.rescan_interval_seconds, watcher=open_watcher())
+    try:
+        await mover.start()
+        logger.info(
+            "start-up scan in_flight=%d due=%d inotify=%s rescan_interval_seconds=%s",
+            len(mover),
+            mover.count_due(now_ms()),
+            "yes" if mover.watching else "no",
+            settings.rescan_interval_seconds,
+        )
+        logger.info("mq-mover ready root=%s", store.layout.root)
+        sd_notify("READY=1")
+        await mover.run(stop)
+    finally:
+        mover.close()
+        store.close()
+        logger.info("mq-mover stopped")
+
+
+# -- command line -------------------------------------------------------------
+
+
+def _layer(ctx: click.Context, key: str) -> str:
+    """Where the value of option ``key`` (e.g. ``rescan-interval``) came from, for error messages."""
+    name = key.replace("-", "_")
+    source = ctx.get_parameter_source(name)
+    param = next((p for p in ctx.command.params if p.name == name), None)
+    if source == click.core.ParameterSource.COMMANDLINE:
+        return f"--{key} on the command line"
+    if source == click.core.ParameterSource.ENVIRONMENT and param is not None:
+        return f"env {param.envvar}"
+    if source == click.core.ParameterSource.DEFAULT_MAP:
+        return f"key {key} in the config file"
+    return "the default"
+
+
+def build_settings(ctx: click.Context, factory: Callable[..., Any], **fields: Any) -> Any:
+    """Call ``factory(**fields)``; a ConfigError gets the layer of the bad value appended.
+
+    Raises:
+        ConfigError: From the factory, its message naming the layer (``env MQ_...``).
+    """
+    try:
+        return factory(**fields)
+    except ConfigError as exc:
+        key = exc.details.get("key")
+        if isinstance(key, str):
+            raise ConfigError(f"{exc.message} (from {_layer(ctx, key)})", **exc.details) from exc
+        raise
+
+
+def _is_config_layer(exc: click.ClickException) -> bool:
+    """True if a click error comes from the config file or an env var rather than the command line."""
+    if isinstance(exc.__cause__, ConfigError):
+        return True  # --config: unreadable, not TOML, unknown key
+    if isinstance(exc, click.BadParameter) and exc.ctx is not None and exc.param is not None and exc.param.name:
+        source = exc.ctx.get_parameter_source(exc.param.name)
+        return source in (click.core.ParameterSource.ENVIRONMENT, click.core.ParameterSource.DEFAULT_MAP)
+    return False
+
+
+def run_command(command: click.Command, argv: list[str] | None, prog_name: str) -> int:
+    """Run a daemon's click command and map failures to exit codes (sysexits.h).
+
+    Returns:
+        The command's exit code: 0 after a clean stop (or ``--help``); 64
+        (EX_USAGE) for a bad command line; 78 (EX_CONFIG) for a bad config
+        file, environment variable or setting value.
+    """
+    try:
+        rv = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_CONFIG if _is_config_layer(exc) else EXIT_USAGE
+    except click.Abort:  # Ctrl-C before the signal handlers were installed
+        return EXIT_OK
+    except ConfigError as exc:
+        logger.error("config error: %s", exc.message)
+        if not logging.getLogger().handlers:
+            click.echo(f"Error: {exc.message}", err=True)
+        return EXIT_CONFIG
+    return int(rv or 0)
+
+
+@click.command(name="mq-mover", help="Redeliver in-flight messages whose visibility timeout has passed.")
+@config_option
+@click.option(
+    "--root",
+    envvar="MQ_ROOT",
+    default="/tmp/mq",
+    show_default=True,
+    show_envvar=True,
+    help="Root of the queue folder tree.",
+)
+@click.option(
+    "--rescan-interval",
+    type=float,
+    envvar="MQ_MOVER_RESCAN_INTERVAL",
+    default=DEFAULT_RESCAN_INTERVAL_SECONDS,
+    show_default=True,
+    show_envvar=True,
+    help="Seconds between full rescans of delay/ (safety net for NFS and lost inotify events).",
+)
+@click.option(
+    "--log-level", envvar="MQ_LOG_LEVEL", default="INFO", show_default=True, show_envvar=True, help="Logging level."
+)
+@click.pass_context
+def cli(ctx: click.Context, root: str, rescan_interval: float, log_level: str) -> int:
+    setup_logging(log_level)
+    log_sources(ctx, ctx.params)
+    settings = build_settings(
+        ctx,
+        MoverSettings,
+        root=root,
+        rescan_interval_seconds=rescan_interval,
+        log_level=log_level.upper(),
+    )
+    settings = dataclasses.replace(settings, root=check_root(settings.root))
+    return run(lambda: _serve_to_exit(settings))
+
+
+async def _serve_to_exit(settings: MoverSettings) -> int:
+    await serve(settings)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``mq-mover``.
+
+    Args:
+        argv: Arguments without the program name (default ``sys.argv[1:]``).
+    Returns:
+        Exit code: 0 after SIGTERM/SIGINT, 64 usage error, 78 config error.
+    """
+    return run_command(cli, argv, "mq-mover")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
