@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ import uvloop
 
 from mqcore.errors import ConfigError
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("mq.runtime")
 
 #: Exit codes (sysexits.h; the systemd units set RestartPreventExitStatus=64 78).
 EXIT_OK = 0
@@ -34,6 +35,9 @@ EXIT_USAGE = 64
 EXIT_UNAVAILABLE = 69
 EXIT_SOFTWARE = 70
 EXIT_CONFIG = 78
+
+#: Log levels accepted by ``--log-level``.
+LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 
 #: Keys allowed at the top level of the TOML file (shared by all daemons).
 SHARED_KEYS = frozenset({"root"})
@@ -182,26 +186,102 @@ def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}", key=name)
 
 
-def main_command(command: click.Command, argv: list[str] | None) -> int:
-    """Run a daemon's click command and map failures to exit codes.
+def check_interval(key: str, value: float) -> None:
+    """Raise ConfigError unless ``value`` (seconds) is a finite number > 0.
 
-    Usage errors exit 64 (EX_USAGE), configuration errors 78 (EX_CONFIG), each
-    with one line on stderr; the systemd units do not restart on either.
+    Raises:
+        ConfigError: Zero, negative, NaN or infinite; ``details["key"]`` is ``key``.
+    """
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{key} must be a finite number of seconds > 0, got {value}", key=key, value=value)
+
+
+def check_log_level(value: str) -> None:
+    """Raise ConfigError unless ``value`` names a logging level (any case).
+
+    Raises:
+        ConfigError: Not one of DEBUG, INFO, WARNING, ERROR, CRITICAL.
+    """
+    if value.upper() not in LOG_LEVELS:
+        raise ConfigError(
+            f"log-level must be one of {', '.join(sorted(LOG_LEVELS))}, got {value!r}", key="log-level", value=value
+        )
+
+
+def check_root_value(value: str) -> None:
+    """Raise ConfigError if ``value`` is empty (the root itself is checked by ``check_root``)."""
+    if not value:
+        raise ConfigError("root must not be empty", key="root", value=value)
+
+
+async def wait_for_wake(wake: asyncio.Event, timeout_seconds: float) -> None:
+    """Wait until ``wake`` is set or ``timeout_seconds`` have passed (no error either way)."""
+    if wake.is_set() or timeout_seconds <= 0:
+        return
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            await wake.wait()
+    except TimeoutError:
+        pass
+
+
+def _layer(ctx: click.Context, key: str) -> str:
+    """Where the value of option ``key`` (e.g. ``rescan-interval``) came from, for error messages."""
+    name = key.replace("-", "_")
+    source = ctx.get_parameter_source(name)
+    param = next((p for p in ctx.command.params if p.name == name), None)
+    if source == click.core.ParameterSource.COMMANDLINE:
+        return f"--{key} on the command line"
+    if source == click.core.ParameterSource.ENVIRONMENT and param is not None:
+        return f"env {param.envvar}"
+    if source == click.core.ParameterSource.DEFAULT_MAP:
+        return f"key {key} in the config file"
+    return "the default"
+
+
+def build_settings(ctx: click.Context, factory: Callable[..., Any], **fields: Any) -> Any:
+    """Call ``factory(**fields)``; a ConfigError gets the layer of the bad value appended.
+
+    Raises:
+        ConfigError: From the factory, its message naming the layer (``env MQ_...``).
     """
     try:
-        result = command.main(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.Abort:
-        return EXIT_OK
-    except click.BadParameter as exc:
-        # A bad --config file is a configuration error, not a usage error.
-        click.echo(f"error: {exc.format_message()}", err=True)
-        return EXIT_CONFIG if exc.param is not None and exc.param.name == "config" else EXIT_USAGE
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        return EXIT_USAGE
+        return factory(**fields)
     except ConfigError as exc:
-        click.echo(f"error: {exc.message}", err=True)
+        key = exc.details.get("key")
+        if isinstance(key, str):
+            raise ConfigError(f"{exc.message} (from {_layer(ctx, key)})", **exc.details) from exc
+        raise
+
+
+def _is_config_layer(exc: click.ClickException) -> bool:
+    """True if a click error comes from the config file or an env var rather than the command line."""
+    if isinstance(exc.__cause__, ConfigError):
+        return True  # --config: unreadable, not TOML, unknown key
+    if isinstance(exc, click.BadParameter) and exc.ctx is not None and exc.param is not None and exc.param.name:
+        source = exc.ctx.get_parameter_source(exc.param.name)
+        return source in (click.core.ParameterSource.ENVIRONMENT, click.core.ParameterSource.DEFAULT_MAP)
+    return False
+
+
+def run_command(command: click.Command, argv: list[str] | None, prog_name: str) -> int:
+    """Run a daemon's click command and map failures to exit codes (sysexits.h).
+
+    Returns:
+        The command's exit code: 0 after a clean stop (or ``--help``); 64
+        (EX_USAGE) for a bad command line; 78 (EX_CONFIG) for a bad config
+        file, environment variable or setting value.
+    """
+    try:
+        rv = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_CONFIG if _is_config_layer(exc) else EXIT_USAGE
+    except click.Abort:  # Ctrl-C before the signal handlers were installed
+        return EXIT_OK
+    except ConfigError as exc:
+        logger.error("config error: %s", exc.message)
+        if not logging.getLogger().handlers:
+            click.echo(f"Error: {exc.message}", err=True)
         return EXIT_CONFIG
-    return result if isinstance(result, int) else EXIT_OK
+    return int(rv or 0)

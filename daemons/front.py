@@ -587,7 +587,7 @@ def cli(ctx: click.Context, **values: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mq`` console script; returns the exit code."""
-    return _runtime.main_command(cli, argv)
+    return _runtime.run_command(cli, argv, "mq")
 
 
 if __name__ == "__main__":

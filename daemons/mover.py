@@ -33,30 +33,31 @@ import heapq
 import logging
 import math
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import click
 
 from daemons._runtime import (
-    EXIT_CONFIG,
     EXIT_OK,
-    EXIT_USAGE,
+    build_settings,
+    check_interval,
+    check_log_level,
     check_root,
+    check_root_value,
     config_option,
     install_stop_signals,
     log_sources,
     run,
+    run_command,
     sd_notify,
     setup_logging,
+    wait_for_wake,
 )
-from mqcore.errors import ConfigError
 from mqcore.names import InFlightName, parse_in_flight_name
 from mqcore.protocol import Store, now_ms
 from mqcore.watch import DirWatcher, open_watcher
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("mq.mover")
 
 #: Default interval between full rescans of ``delay/``, in seconds.
 DEFAULT_RESCAN_INTERVAL_SECONDS = 10.0
@@ -64,41 +65,8 @@ DEFAULT_RESCAN_INTERVAL_SECONDS = 10.0
 REDELIVER_BATCH = 512
 #: Stale heap entries tolerated beyond twice the live ones before the heap is rebuilt.
 COMPACT_SLACK = 1024
-#: Log levels accepted by ``--log-level``.
-LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
 #: Watch tag of ``delay/``.
 _DELAY_TAG = "delay"
-
-
-# -- settings ---------------------------------------------------------------
-
-
-def check_interval(key: str, value: float) -> None:
-    """Raise ConfigError unless ``value`` (seconds) is a finite number > 0.
-
-    Raises:
-        ConfigError: Zero, negative, NaN or infinite; ``details["key"]`` is ``key``.
-    """
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{key} must be a finite number of seconds > 0, got {value}", key=key, value=value)
-
-
-def check_log_level(value: str) -> None:
-    """Raise ConfigError unless ``value`` names a logging level (any case).
-
-    Raises:
-        ConfigError: Not one of DEBUG, INFO, WARNING, ERROR, CRITICAL.
-    """
-    if value.upper() not in LOG_LEVELS:
-        raise ConfigError(
-            f"log-level must be one of {', '.join(sorted(LOG_LEVELS))}, got {value!r}", key="log-level", value=value
-        )
-
-
-def check_root_value(value: str) -> None:
-    """Raise ConfigError if ``value`` is empty (the root itself is checked by ``check_root``)."""
-    if not value:
-        raise ConfigError("root must not be empty", key="root", value=value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,17 +92,6 @@ class MoverSettings:
 
 
 # -- the daemon ---------------------------------------------------------------
-
-
-async def wait_for_wake(wake: asyncio.Event, timeout_seconds: float) -> None:
-    """Wait until ``wake`` is set or ``timeout_seconds`` have passed (no error either way)."""
-    if wake.is_set() or timeout_seconds <= 0:
-        return
-    try:
-        async with asyncio.timeout(timeout_seconds):
-            await wake.wait()
-    except TimeoutError:
-        pass
 
 
 class Mover:
@@ -392,68 +349,6 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
 
 
 # -- command line -------------------------------------------------------------
-
-
-def _layer(ctx: click.Context, key: str) -> str:
-    """Where the value of option ``key`` (e.g. ``rescan-interval``) came from, for error messages."""
-    name = key.replace("-", "_")
-    source = ctx.get_parameter_source(name)
-    param = next((p for p in ctx.command.params if p.name == name), None)
-    if source == click.core.ParameterSource.COMMANDLINE:
-        return f"--{key} on the command line"
-    if source == click.core.ParameterSource.ENVIRONMENT and param is not None:
-        return f"env {param.envvar}"
-    if source == click.core.ParameterSource.DEFAULT_MAP:
-        return f"key {key} in the config file"
-    return "the default"
-
-
-def build_settings(ctx: click.Context, factory: Callable[..., Any], **fields: Any) -> Any:
-    """Call ``factory(**fields)``; a ConfigError gets the layer of the bad value appended.
-
-    Raises:
-        ConfigError: From the factory, its message naming the layer (``env MQ_...``).
-    """
-    try:
-        return factory(**fields)
-    except ConfigError as exc:
-        key = exc.details.get("key")
-        if isinstance(key, str):
-            raise ConfigError(f"{exc.message} (from {_layer(ctx, key)})", **exc.details) from exc
-        raise
-
-
-def _is_config_layer(exc: click.ClickException) -> bool:
-    """True if a click error comes from the config file or an env var rather than the command line."""
-    if isinstance(exc.__cause__, ConfigError):
-        return True  # --config: unreadable, not TOML, unknown key
-    if isinstance(exc, click.BadParameter) and exc.ctx is not None and exc.param is not None and exc.param.name:
-        source = exc.ctx.get_parameter_source(exc.param.name)
-        return source in (click.core.ParameterSource.ENVIRONMENT, click.core.ParameterSource.DEFAULT_MAP)
-    return False
-
-
-def run_command(command: click.Command, argv: list[str] | None, prog_name: str) -> int:
-    """Run a daemon's click command and map failures to exit codes (sysexits.h).
-
-    Returns:
-        The command's exit code: 0 after a clean stop (or ``--help``); 64
-        (EX_USAGE) for a bad command line; 78 (EX_CONFIG) for a bad config
-        file, environment variable or setting value.
-    """
-    try:
-        rv = command.main(args=argv, prog_name=prog_name, standalone_mode=False)
-    except click.ClickException as exc:
-        exc.show()
-        return EXIT_CONFIG if _is_config_layer(exc) else EXIT_USAGE
-    except click.Abort:  # Ctrl-C before the signal handlers were installed
-        return EXIT_OK
-    except ConfigError as exc:
-        logger.error("config error: %s", exc.message)
-        if not logging.getLogger().handlers:
-            click.echo(f"Error: {exc.message}", err=True)
-        return EXIT_CONFIG
-    return int(rv or 0)
 
 
 @click.command(name="mq-mover", help="Redeliver in-flight messages whose visibility timeout has passed.")

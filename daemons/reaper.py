@@ -31,27 +31,25 @@ import click
 
 from daemons._runtime import (
     EXIT_OK,
+    build_settings,
+    check_interval,
+    check_log_level,
     check_root,
+    check_root_value,
     config_option,
     install_stop_signals,
     log_sources,
     run,
+    run_command,
     sd_notify,
     setup_logging,
-)
-from daemons.mover import (
-    build_settings,
-    check_interval,
-    check_log_level,
-    check_root_value,
-    run_command,
     wait_for_wake,
 )
 from mqcore.names import REMOVED_QUEUE_SUFFIX
 from mqcore.protocol import Store
 from mqcore.watch import DirWatcher, open_watcher
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("mq.reaper")
 
 #: Default age after which a file in ``new/`` counts as abandoned, in seconds.
 DEFAULT_NEW_GRACE_SECONDS = 300.0

@@ -99,7 +99,7 @@ def cli(**values: Any) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mq-stack`` console script."""
-    return _runtime.main_command(cli, argv)
+    return _runtime.run_command(cli, argv, "mq-stack")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,9 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     try:
         header = json.loads(data[len(MAGIC) : end])
         size = int(header["body_bytes"])
-    except (ValueError, KeyError, TypeError) as exc:
+        if size < 0:
+            raise ValueError("negative body_bytes")
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
         raise CorruptMessage(f"bad header: {exc}") from exc
     body = data[end + 1 :]
     if len(body) != size:

@@ -36,7 +36,6 @@ from mqcore.names import (
     check_queue_name,
     in_flight_name,
     parse_in_flight_name,
-    parse_new_name,
     parse_ready_name,
     ready_name,
     removed_name,
@@ -492,7 +491,8 @@ class Store:
 
         A sender answers 201 only after its file left ``new/``, so a file that
         sits there longer than any write takes was never acknowledged: it is
-        removed, never delivered. Files whose queue is gone go the same way.
+        removed, never delivered. Foreign names get the same grace period (a
+        writer of a newer protocol version may be using them).
 
         Returns:
             The names unlinked.
@@ -505,7 +505,7 @@ class Store:
                 mtime_ms = os.stat(path).st_mtime_ns // 1_000_000
             except FileNotFoundError:
                 continue
-            if mtime_ms > cutoff and parse_new_name(name) is not None:
+            if mtime_ms > cutoff:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

@@ -58,7 +58,7 @@ def store(root: Path) -> Iterator[Store]:
 @pytest.fixture
 def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """Captured log records of the daemons (DEBUG and up)."""
-    caplog.set_level(logging.DEBUG, logger="daemons")
+    caplog.set_level(logging.DEBUG, logger="mq")
     return caplog
 
 
