@@ -364,3 +364,34 @@ async def test_kill_mq_mid_send_leaves_no_half_written_message(stack, queue, wai
     logger.info("attempts=%d acked=%d received=%d", attempts, len(acked), len(received))
     await wait(lambda: not stack.files("new"), timeout=15, message=lambda: f"new/={stack.files('new')}\n{stack.logs()}")
     assert (await stack.receive(queue)).status == 204
+
+
+@pytest.mark.parametrize("stack", [{"visibility_timeout": 30}], indirect=True)
+async def test_sigterm_during_sends_exits_0_and_keeps_acknowledged_messages(stack, queue):
+    """SIGTERM while large sends are in flight: mq finishes them, exits 0, and every 201 is stored."""
+    await stack.create_queue(queue)
+    acked: dict[str, bytes] = {}
+
+    async def sender() -> None:
+        for _ in range(50):
+            body = signed_body(random.randrange(100_000, 600_000))
+            try:
+                reply = await stack.request("POST", f"/{queue}/messages", data=body)
+            except DOWN:
+                return  # mq stopped accepting
+            assert reply.status == 201, f"{reply.status} {reply.body[:200]!r}"
+            acked[reply.header("X-Message-Id")] = hashlib.sha256(body).digest()
+
+    tasks = [asyncio.create_task(sender()) for _ in range(8)]
+    await asyncio.sleep(0.5)
+    code = await asyncio.to_thread(stack.mq.stop)
+    await asyncio.gather(*tasks)
+    assert code == 0, f"mq exited {code} on SIGTERM\n{stack.mq.log_tail()}"
+    assert acked, "no send finished before SIGTERM: the test proved nothing"
+
+    await stack.mq.astart()
+    received = {}
+    while (reply := await stack.receive(queue)).status == 200:
+        assert verify_signed(reply.body)
+        received[reply.header("X-Message-Id")] = hashlib.sha256(reply.body).digest()
+    assert {m: received.get(m) for m in acked} == acked

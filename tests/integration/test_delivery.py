@@ -119,6 +119,7 @@ class Ledger:
     # (id, monotonic time the receive request started, time its reply arrived, X-Receive-Count, body)
     receives: list[tuple[str, float, float, int, bytes]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
+    deleted_ids: set[str] = field(default_factory=set)
     producers_done: bool = False
 
     def record(self, message_id: str, started: float, count: int, body: bytes) -> None:
@@ -243,3 +244,43 @@ async def test_two_front_ends_on_one_root_share_the_queue(stack, daemons, queue)
     await asyncio.gather(*(consume(f) for f in (stack, other, stack, other)))
     assert seen.keys() == ids.keys(), f"{len(ids.keys() - seen.keys())} lost\n{stack.logs()}\n{second.log_tail()}"
     assert [m for m, c in seen.items() if c > 1] == []
+
+
+@pytest.mark.parametrize("stack", [{"visibility_timeout": 2, "peers": 0}], indirect=True)
+async def test_redelivered_messages_never_overlap_their_previous_lease(stack, queue):
+    """Consumers leave some messages undeleted: those come back, but only after their 2 s lease ended."""
+    await stack.create_queue(queue)
+    ledger = Ledger()
+    skipped: set[str] = set()
+    ids = [await stack.send(queue, b"lease %d" % i) for i in range(60)]
+    ledger.acked = {m: b"lease %d" % i for i, m in enumerate(ids)}
+    ledger.producers_done = True
+    skip = set(ids[::4])
+
+    async def consume() -> None:
+        while not (ledger.complete() and skipped == skip and all(m in ledger.deleted_ids for m in skip)):
+            started = time.monotonic()
+            reply = await stack.receive(queue)
+            if reply.status == 204:
+                await asyncio.sleep(0.02)
+                continue
+            message_id = reply.header("X-Message-Id")
+            ledger.record(message_id, started, int(reply.header("X-Receive-Count")), reply.body)
+            if message_id in skip and message_id not in skipped:
+                skipped.add(message_id)  # left in flight: must come back after its lease
+                continue
+            assert (await stack.delete(queue, message_id)).status == 200
+            ledger.deleted_ids.add(message_id)
+
+    await asyncio.wait_for(asyncio.gather(*(consume() for _ in range(4))), timeout=60)
+    check_leases_never_overlap(ledger, 2)
+    counts = Counter(message_id for message_id, *_ in ledger.receives)
+    assert {m for m, c in counts.items() if c == 2} == skip
+    assert all(counts[m] == 1 for m in ids if m not in skip)
+    for message_id, _started, _replied, _count, body in ledger.receives:
+        assert body == ledger.acked[message_id]
+    receive_counts = {}
+    for message_id, _started, _replied, count, _body in ledger.receives:
+        receive_counts.setdefault(message_id, []).append(count)
+    for message_id, seen_counts in receive_counts.items():
+        assert seen_counts == ([1, 2] if message_id in skip else [1]), (message_id, seen_counts)
