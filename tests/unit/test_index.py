@@ -1,0 +1,197 @@
+"""ReadyIndex (``mqcore/index.py``): an in-memory sorted set of ready names with lazy deletion.
+
+A hypothesis state machine runs random add / update / discard / pop sequences
+against a plain ``set`` model: the index must always hold exactly the model's
+names, ``pop_oldest`` must return the model's minimum, and ``pop_fuzzed(peers)``
+one of its ``peers + 1`` smallest names (SoftLayer MQ's peer fuzz,
+``docs/protocol.md`` section 10).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from mqcore.index import ReadyIndex
+from mqcore.names import IdGenerator, ready_name
+
+#: A small pool of ids, so random operations often hit names already present or discarded.
+_GEN = IdGenerator()
+POOL_IDS = [_GEN.next_id(now_ms=1_700_000_000_000 + (i % 7)) for i in range(24)]
+POOL_NAMES = [ready_name(mid, rc) for mid in POOL_IDS for rc in (0, 1)]
+
+names = st.sampled_from(POOL_NAMES)
+
+
+class ReadyIndexMachine(RuleBasedStateMachine):
+    """ReadyIndex against a ``set`` model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = ReadyIndex()
+        self.model: set[str] = set()
+
+    @rule(name=names)
+    def add(self, name: str) -> None:
+        self.index.add(name)
+        self.model.add(name)
+
+    @rule(batch=st.lists(names, max_size=10))
+    def update(self, batch: list[str]) -> None:
+        self.index.update(batch)
+        self.model.update(batch)
+
+    @rule(name=names)
+    def discard(self, name: str) -> None:
+        self.index.discard(name)
+        self.model.discard(name)
+
+    @rule()
+    def pop_oldest(self) -> None:
+        got = self.index.pop_oldest()
+        if not self.model:
+            assert got is None
+            return
+        assert got == min(self.model)
+        self.model.remove(got)
+
+    @rule(peers=st.integers(min_value=0, max_value=6), seed=st.integers(min_value=0, max_value=2**32))
+    def pop_fuzzed(self, peers: int, seed: int) -> None:
+        got = self.index.pop_fuzzed(peers, random.Random(seed))
+        if not self.model:
+            assert got is None
+            return
+        assert got in sorted(self.model)[: peers + 1]
+        if peers == 0:
+            assert got == min(self.model)
+        self.model.remove(got)
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(data=st.data())
+    def name_for_a_present_id(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.model)))
+        mid = name.partition(".")[0]
+        found = self.index.name_for(mid)
+        # Only one ready name per id exists on disk; with two (a stale one), either may be known.
+        assert found is None or (found in self.model and found.startswith(mid + "."))
+        if sum(n.startswith(mid + ".") for n in self.model) == 1 and found is not None:
+            assert found == name
+
+    @invariant()
+    def same_members(self) -> None:
+        assert len(self.index) == len(self.model)
+        for name in POOL_NAMES:
+            assert (name in self.index) == (name in self.model)
+
+
+TestReadyIndexMachine = ReadyIndexMachine.TestCase
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), unique=True, max_size=300))
+def test_name_for_finds_every_indexed_id(offsets: list[int]) -> None:
+    gen = IdGenerator()
+    ids = [gen.next_id(now_ms=1_700_000_000_000 + o) for o in offsets]
+    index = ReadyIndex(ready_name(mid, i % 3) for i, mid in enumerate(ids))
+    for i, mid in enumerate(ids):
+        assert index.name_for(mid) == ready_name(mid, i % 3)
+    for mid in ids[::2]:
+        index.discard(index.name_for(mid))
+        assert index.name_for(mid) is None
+    assert index.name_for("not-an-id") is None
+
+
+def test_pop_oldest_is_send_order_for_real_ids() -> None:
+    gen = IdGenerator()
+    ids = [gen.next_id() for _ in range(2_000)]
+    shuffled = [ready_name(mid, 0) for mid in ids]
+    random.Random(7).shuffle(shuffled)
+    index = ReadyIndex(shuffled)
+    popped = [index.pop_oldest() for _ in range(len(ids))]
+    assert popped == [ready_name(mid, 0) for mid in ids]
+    assert index.pop_oldest() is None
+    assert len(index) == 0
+
+
+def test_a_redelivered_message_keeps_its_place_at_the_head() -> None:
+    gen = IdGenerator()
+    first, second, third = (gen.next_id() for _ in range(3))
+    index = ReadyIndex([ready_name(second, 0), ready_name(third, 0)])
+    index.add(ready_name(first, 2))  # redelivered after two receives
+    assert index.pop_oldest() == ready_name(first, 2)
+
+
+def test_discarding_most_names_keeps_the_rest_in_order() -> None:
+    """Discard every count of names around the point where the heap is compacted; nothing is lost."""
+    gen = IdGenerator()
+    total = 1_500
+    all_names = [ready_name(gen.next_id(), 0) for _ in range(total)]
+    order = list(all_names)
+    random.Random(5).shuffle(order)
+    for discarded in range(total - 300, total + 1):
+        index = ReadyIndex(all_names)
+        for name in order[:discarded]:
+            index.discard(name)
+        index.discard("never-added.0")
+        keep = sorted(order[discarded:])
+        assert len(index) == len(keep)
+        assert [index.pop_oldest() for _ in range(len(keep))] == keep
+        assert index.pop_oldest() is None
+
+
+def test_add_after_discard_and_duplicate_adds_are_idempotent() -> None:
+    index = ReadyIndex()
+    index.add("b.0")
+    index.add("b.0")
+    index.discard("b.0")
+    index.add("b.0")
+    index.add("a.0")
+    index.discard("a.0")
+    assert len(index) == 1
+    assert index.pop_oldest() == "b.0"
+    assert index.pop_oldest() is None
+    assert "b.0" not in index
+
+
+@pytest.mark.parametrize("peers", [1, 3, 7])
+def test_pop_fuzzed_picks_among_the_oldest_peers_plus_one(peers: int) -> None:
+    gen = IdGenerator()
+    all_names = [ready_name(gen.next_id(), 0) for _ in range(20)]
+    oldest = all_names[: peers + 1]
+    seen = set()
+    rng = random.Random(1)
+    for _ in range(400):
+        index = ReadyIndex(all_names)
+        got = index.pop_fuzzed(peers, rng)
+        assert got in oldest
+        seen.add(got)
+        # The others are put back: the index lost exactly the chosen name.
+        assert len(index) == len(all_names) - 1
+        assert got not in index
+        assert [index.pop_oldest() for _ in range(len(index))] == [n for n in all_names if n != got]
+    assert seen == set(oldest)  # every candidate is chosen sometimes (uniform choice)
+
+
+def test_pop_fuzzed_with_fewer_names_than_peers() -> None:
+    index = ReadyIndex(["b.0", "a.0"])
+    assert index.pop_fuzzed(5, random.Random(3)) in {"a.0", "b.0"}
+    assert len(index) == 1
+    index.pop_fuzzed(5)
+    assert index.pop_fuzzed(5) is None
+    assert index.pop_fuzzed(0) is None
+
+
+@given(
+    st.lists(st.sampled_from(POOL_NAMES), min_size=1, unique=True),
+    st.integers(min_value=0, max_value=10),
+    st.randoms(use_true_random=False),
+)
+def test_pop_fuzzed_returns_one_of_the_oldest(initial: list[str], peers: int, rng: random.Random) -> None:
+    index = ReadyIndex(initial)
+    expected = sorted(initial)
+    got = index.pop_fuzzed(peers, rng)
+    assert got in expected[: peers + 1]
+    assert sorted(n for n in POOL_NAMES if n in index) == [n for n in expected if n != got]
