@@ -49,10 +49,12 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
         raise CorruptMessage("header is not terminated")
     try:
         header = json.loads(data[len(MAGIC) : end])
-        size = int(header["body_bytes"])
-        if size < 0:
-            raise ValueError("negative body_bytes")
-    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        if not isinstance(header, dict):
+            raise TypeError("header is not a JSON object")
+        size = header["body_bytes"]
+        if type(size) is not int or size < 0:
+            raise TypeError("body_bytes is not a non-negative integer")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise CorruptMessage(f"bad header: {exc}") from exc
     body = data[end + 1 :]
     if len(body) != size:

@@ -181,8 +181,8 @@ def parse_new_name(filename: str) -> tuple[QueueName, MessageId] | None:
 
 
 def removed_name(queue: QueueName, message_id: MessageId) -> str:
-    """File name of a deleted message inside ``remove/``: ``Q.ID``."""
-    return f"{queue}.{message_id}"
+    """File name of a deleted message inside ``remove/``: ``Q.ID`` (both are checked)."""
+    return f"{check_queue_name(queue)}.{check_message_id(message_id)}"
 
 
 class Layout:
@@ -214,7 +214,7 @@ class Layout:
 
     def new_path(self, queue: QueueName, message_id: MessageId) -> str:
         """Path of a message file being written."""
-        return os.path.join(self.new, new_name(check_queue_name(queue), message_id))
+        return os.path.join(self.new, new_name(check_queue_name(queue), check_message_id(message_id)))
 
     def delay_path(self, filename: str) -> str:
         """Path of a file in ``delay/``."""

@@ -33,6 +33,7 @@ from mqcore.names import (
     Layout,
     MessageId,
     QueueName,
+    check_message_id,
     check_queue_name,
     in_flight_name,
     parse_in_flight_name,
@@ -62,40 +63,47 @@ class DirSyncer:
     the call* has completed, so every rename the caller made before calling is
     durable. Concurrent callers share one fsync: the first becomes the leader,
     the others wait for it (or for the next one, if theirs came too late).
+    Rounds of one directory run one at a time, numbered 1, 2, ...; a caller
+    arriving while round N-1 runs (or after it) is covered by round N, and
+    round N's outcome is the caller's.
 
     The leader opens the directory by path for each fsync: a cached descriptor
     would keep syncing a directory that another process deleted and re-created
-    under the same name. If an fsync fails, every caller it would have covered
-    gets the error, even if a later fsync succeeds (an fsync error means the
-    writes may be gone: "fsyncgate"). Thread-safe.
+    under the same name. An fsync error is given to every caller its round
+    covered, and never retried on their behalf (after a failed fsync the
+    writes may be gone even if a later fsync succeeds: "fsyncgate").
+    Thread-safe.
     """
+
+    #: Failed rounds remembered per directory (older waiters are long gone).
+    _KEEP_FAILURES = 1024
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._started: dict[str, int] = {}
-        self._done: dict[str, int] = {}
-        self._failed: dict[str, tuple[int, int, str]] = {}
-        self._busy: set[str] = set()
+        self._finished: dict[str, int] = {}
+        self._failures: dict[str, dict[int, tuple[int, str]]] = {}
 
     def sync(self, path: str) -> None:
         """Make every rename into ``path`` done before this call durable.
 
         Raises:
-            OSError: Opening or fsyncing the directory failed (for this caller's fsync).
+            OSError: Opening or fsyncing the directory failed in this caller's round.
         """
         with self._cond:
-            need = self._started.get(path, 0) + 1
-            while True:
-                failed = self._failed.get(path)
-                if failed is not None and failed[0] >= need:
-                    raise OSError(failed[1], failed[2], path)
-                if self._done.get(path, 0) >= need:
-                    return
-                if path not in self._busy:
-                    break
+            need = self._finished.get(path, 0) + 1
+            if self._started.get(path, 0) >= need:
+                need += 1  # round ``need`` is running and may have missed our renames
+            while self._finished.get(path, 0) < need:
+                if self._started.get(path, 0) == self._finished.get(path, 0):
+                    break  # nobody is syncing: lead the next round
                 self._cond.wait()
-            self._busy.add(path)
-            ticket = self._started[path] = self._started.get(path, 0) + 1
+            else:
+                failure = self._failures.get(path, {}).get(need)
+                if failure is not None:
+                    raise OSError(failure[0], failure[1], path)
+                return
+            ticket = self._started[path] = self._finished.get(path, 0) + 1
         error: OSError | None = None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -106,11 +114,12 @@ class DirSyncer:
         except OSError as exc:
             error = exc
         with self._cond:
-            self._busy.discard(path)
-            if error is None:
-                self._done[path] = max(self._done.get(path, 0), ticket)
-            else:
-                self._failed[path] = (ticket, error.errno or errno.EIO, error.strerror or str(error))
+            self._finished[path] = ticket
+            if error is not None:
+                failures = self._failures.setdefault(path, {})
+                failures[ticket] = (error.errno or errno.EIO, error.strerror or str(error))
+                for old in [t for t in failures if t <= ticket - self._KEEP_FAILURES]:
+                    del failures[old]
             self._cond.notify_all()
         if error is not None:
             raise error
@@ -386,6 +395,7 @@ class Store:
             QueueNotFound: No such queue.
             MessageNotFound: The message is in none of those places.
         """
+        message_id = check_message_id(message_id)
         target = removed_name(queue, message_id)
         where = self._delete_somewhere(queue, message_id, target, ready_hint, in_flight_hint, list_ready)
         if where is None:
@@ -471,8 +481,13 @@ class Store:
 
         Returns:
             True if something was removed, False if it was already gone.
+        Raises:
+            ValueError: ``name`` is empty, ``.``, ``..`` or has a ``/`` (it
+                would address something outside ``remove/``).
         """
-        path = self.layout.remove_path(os.path.basename(name))
+        if not name or name in {".", ".."} or "/" in name or "\0" in name:
+            raise ValueError(f"not a name inside remove/: {name!r}")
+        path = self.layout.remove_path(name)
         try:
             os.unlink(path)
             return True
@@ -507,9 +522,13 @@ class Store:
                 continue
             if mtime_ms > cutoff:
                 continue
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(path)
                 removed.append(name)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.warning("cannot remove stale entry in new/ name=%s error=%s", name, exc)
         return removed
 
     # -- helpers -----------------------------------------------------------
