@@ -53,6 +53,7 @@ from daemons._runtime import (
     setup_logging,
     wait_for_wake,
 )
+from mqcore.errors import StorageUnavailable
 from mqcore.names import InFlightName, parse_in_flight_name
 from mqcore.protocol import Store, now_ms
 from mqcore.watch import DirWatcher, open_watcher
@@ -222,13 +223,13 @@ class Mover:
                 batch.append(item)
         return batch
 
-    def _redeliver_batch(self, batch: list[InFlightName]) -> list[tuple[InFlightName, str | OSError]]:
-        """Worker thread: redeliver each item; an OSError is returned, not raised."""
-        out: list[tuple[InFlightName, str | OSError]] = []
+    def _redeliver_batch(self, batch: list[InFlightName]) -> list[tuple[InFlightName, str | Exception]]:
+        """Worker thread: redeliver each item; an OSError or StorageUnavailable is returned, not raised."""
+        out: list[tuple[InFlightName, str | Exception]] = []
         for item in batch:
             try:
                 out.append((item, self.store.redeliver(item)))
-            except OSError as exc:
+            except (OSError, StorageUnavailable) as exc:
                 out.append((item, exc))
         return out
 
@@ -247,7 +248,7 @@ class Mover:
             if not batch:
                 break
             for item, result in await asyncio.to_thread(self._redeliver_batch, batch):
-                if isinstance(result, OSError):
+                if isinstance(result, Exception):
                     # Not re-queued (that could spin); the next rescan finds the file again.
                     logger.error(
                         "redelivery failed queue=%s id=%s name=%s error=%s (retried at next rescan)",

@@ -200,7 +200,7 @@ class Layout:
         self.remove = os.path.join(self.root, REMOVE_DIR)
 
     def create(self) -> None:
-        """Create the four top-level folders if missing (idempotent; mode 0o755)."""
+        """Create the four top-level folders if missing (idempotent; mode 0o777 & ~umask)."""
         for path in (self.new, self.queues, self.delay, self.remove):
             os.makedirs(path, exist_ok=True)
 

@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from mqcore import model
-from mqcore.errors import MessageNotFound, QueueNotFound, StorageUnavailable
+from mqcore.errors import MessageNotFound, MQError, QueueNotFound, StorageUnavailable
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
     REMOVED_QUEUE_SUFFIX,
@@ -178,6 +179,8 @@ class Store:
         try:
             os.mkdir(path)
         except FileExistsError:
+            if not os.path.isdir(path):
+                raise MQError(f"queues/{queue} exists but is not a directory; remove it by hand", queue=queue) from None
             # Its creator may have died before the fsync below: sync again.
             created = False
         except OSError as exc:
@@ -203,8 +206,8 @@ class Store:
 
         The queue directory is renamed into ``remove/`` in one step (consumers
         see it vanish at once; mq-reaper removes the tree), then the queue's
-        in-flight files in ``delay/`` sent before ``now`` follow it (later ones
-        belong to a queue re-created since). In-flight files missed here (a
+        in-flight files in ``delay/`` sent before the millisecond ``now``
+        follow it (later ones may belong to a queue re-created since). In-flight files missed here (a
         receive racing the delete) are sent to ``remove/`` by mq-mover when
         they come due and their queue is gone.
 
@@ -219,9 +222,11 @@ class Store:
             os.rename(path, target)
         except FileNotFoundError:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue) from None
+        except OSError as exc:
+            raise _storage_error("rename of the queue directory", exc) from exc
         for name in self._listdir(self.layout.delay):
             parsed = parse_in_flight_name(name)
-            if parsed is not None and parsed.queue == queue and sent_ms_of(parsed.message_id) <= deleted_at:
+            if parsed is not None and parsed.queue == queue and sent_ms_of(parsed.message_id) < deleted_at:
                 self._move_to_remove(self.layout.delay_path(name), removed_name(queue, parsed.message_id))
         try:
             self._sync_dir(self.layout.queues)
@@ -343,7 +348,12 @@ class Store:
             fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise _storage_error("open for receive", exc) from exc
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                logger.warning("ignoring foreign entry in queue=%s name=%s (not a file)", queue, filename)
+                return None
             deadline = (now if now is not None else now_ms()) + visibility_timeout_ms
             leased = in_flight_name(deadline, queue, message_id, count + 1)
             try:
@@ -351,6 +361,8 @@ class Store:
             except FileNotFoundError:
                 return None
             data = _read_all(fd)
+        except OSError as exc:
+            raise _storage_error("receive", exc) from exc
         finally:
             os.close(fd)
         try:
@@ -543,6 +555,8 @@ class Store:
             return True
         except FileNotFoundError:
             return False
+        except OSError as exc:
+            raise _storage_error("rename into remove/", exc) from exc
 
     @staticmethod
     def _listdir(path: str, *, missing_ok: bool = True) -> list[str]:
