@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import fcntl
 import http.client
 import itertools
 import json
@@ -790,6 +791,24 @@ def _tenths(samples: list[tuple[float, int]], start: int) -> list[float | None]:
 # -- main ----------------------------------------------------------------------
 
 
+def _lock_root(root: Path) -> int:
+    """Hold an exclusive lock for ``root`` (``<root>.lock`` beside it) for the whole run.
+
+    Raises:
+        SystemExit: Another bench run is using this root.
+    """
+    root.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{root}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SystemExit(
+            f"bench: another run is using {root} (lock {root}.lock); wait or pass another --root"
+        ) from None
+    return fd
+
+
 def _prepare_root(root: Path) -> None:
     """Make ``root`` a fresh, empty bench directory (only wipes what the bench created)."""
     if root.exists():
@@ -852,6 +871,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root).resolve()
     started = datetime.datetime.now(datetime.UTC)
     own_server = args.url is None
+    _lock_root(root)
     if own_server:
         _prepare_root(root)
     else:
