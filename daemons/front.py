@@ -75,6 +75,8 @@ class Settings:
     """Seconds between listings of each active queue (catches changes inotify cannot see, e.g. over NFS)."""
     log_level: str = "INFO"
     """Logging level name."""
+    access_log: bool = False
+    """Log one line per HTTP request on the ``mq.access`` logger (costs ~20% of send throughput)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -365,14 +367,13 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
     """
     if request.content_length is not None and request.content_length > max_bytes:
         raise MessageTooLarge(request.content_length, max_bytes)
-    chunks = []
-    size = 0
-    async for chunk in request.content.iter_chunked(1 << 16):
-        size += len(chunk)
-        if size > max_bytes:
-            raise MessageTooLarge(size, max_bytes)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    # The application's client_max_size is max_bytes + 1: aiohttp stops reading
+    # a longer (chunked) body with 413, which the error middleware answers as
+    # message_too_large; one extra byte is enough to tell "over the limit".
+    body = await request.read()
+    if len(body) > max_bytes:
+        raise MessageTooLarge(len(body), max_bytes)
+    return body
 
 
 async def list_queues(request: web.Request) -> web.Response:
@@ -410,7 +411,12 @@ async def send_message(request: web.Request) -> web.Response:
     body = await read_body(request, broker.settings.max_message_bytes)
     content_type = request.headers.get("Content-Type")
     message_id = await broker.send(queue, body, content_type)
-    return web.json_response({"message_id": message_id}, status=201, headers={"X-Message-Id": message_id})
+    return web.Response(
+        status=201,
+        body=b'{"message_id": "%s"}' % message_id.encode(),
+        content_type="application/json",
+        headers={"X-Message-Id": message_id},
+    )
 
 
 async def receive_message(request: web.Request) -> web.Response:
@@ -466,7 +472,8 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
         _runtime.install_stop_signals(stop)
     broker = Broker(settings)
     await broker.start()
-    runner = web.AppRunner(make_app(broker), access_log=logging.getLogger("mq.access"), handle_signals=False)
+    access_log = logging.getLogger("mq.access") if settings.access_log else None
+    runner = web.AppRunner(make_app(broker), access_log=access_log, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.address, settings.port, shutdown_timeout=30.0, backlog=1024)
     try:
@@ -566,6 +573,14 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    envvar="MQ_ACCESS_LOG",
+    show_envvar=True,
+    show_default=True,
+    help="Log one line per HTTP request (logger mq.access).",
+)
 @click.pass_context
 def cli(ctx: click.Context, **values: Any) -> int:
     """mq: the HTTP front end of the queue."""
@@ -581,6 +596,7 @@ def cli(ctx: click.Context, **values: Any) -> int:
         max_message_bytes=values["max_message_size"],
         rescan_interval_seconds=values["rescan_interval"],
         log_level=values["log_level"],
+        access_log=values["access_log"],
     )
     return _runtime.run(lambda: serve(settings))
 
