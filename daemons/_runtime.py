@@ -105,6 +105,31 @@ def config_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def root_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--root DIR`` option shared by every daemon (env ``MQ_ROOT``, default /tmp/mq)."""
+    return click.option(
+        "--root",
+        envvar="MQ_ROOT",
+        default="/tmp/mq",
+        show_default=True,
+        show_envvar=True,
+        help="Root directory of the folder tree (created if missing).",
+    )(fn)
+
+
+def log_level_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--log-level`` option shared by every daemon (env ``MQ_LOG_LEVEL``, default INFO)."""
+    return click.option(
+        "--log-level",
+        envvar="MQ_LOG_LEVEL",
+        default="INFO",
+        show_default=True,
+        show_envvar=True,
+        type=click.Choice(sorted(LOG_LEVELS), case_sensitive=False),
+        help="Logging level.",
+    )(fn)
+
+
 def log_sources(ctx: click.Context, values: dict[str, Any]) -> None:
     """Log each setting with the layer it came from (cli, env, config file or default)."""
     names = {

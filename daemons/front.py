@@ -495,14 +495,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
 
 @click.command(name="mq", context_settings={"help_option_names": ["-h", "--help"]})
 @_runtime.config_option
-@click.option(
-    "--root",
-    default="/tmp/mq",
-    envvar="MQ_ROOT",
-    show_envvar=True,
-    show_default=True,
-    help="Root directory of the folder tree.",
-)
+@_runtime.root_option
 @click.option(
     "--address",
     default="127.0.0.1",
@@ -565,14 +558,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     show_default=True,
     help="Seconds between listings of active queues.",
 )
-@click.option(
-    "--log-level",
-    default="INFO",
-    envvar="MQ_LOG_LEVEL",
-    show_envvar=True,
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-)
+@_runtime.log_level_option
 @click.option(
     "--access-log/--no-access-log",
     default=False,

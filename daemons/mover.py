@@ -46,7 +46,9 @@ from daemons._runtime import (
     check_root_value,
     config_option,
     install_stop_signals,
+    log_level_option,
     log_sources,
+    root_option,
     run,
     run_command,
     sd_notify,
@@ -354,14 +356,7 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
 
 @click.command(name="mq-mover", help="Redeliver in-flight messages whose visibility timeout has passed.")
 @config_option
-@click.option(
-    "--root",
-    envvar="MQ_ROOT",
-    default="/tmp/mq",
-    show_default=True,
-    show_envvar=True,
-    help="Root of the queue folder tree.",
-)
+@root_option
 @click.option(
     "--rescan-interval",
     type=float,
@@ -371,9 +366,7 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
     show_envvar=True,
     help="Seconds between full rescans of delay/ (safety net for NFS and lost inotify events).",
 )
-@click.option(
-    "--log-level", envvar="MQ_LOG_LEVEL", default="INFO", show_default=True, show_envvar=True, help="Logging level."
-)
+@log_level_option
 @click.pass_context
 def cli(ctx: click.Context, root: str, rescan_interval: float, log_level: str) -> int:
     setup_logging(log_level)

@@ -38,7 +38,9 @@ from daemons._runtime import (
     check_root_value,
     config_option,
     install_stop_signals,
+    log_level_option,
     log_sources,
+    root_option,
     run,
     run_command,
     sd_notify,
@@ -301,14 +303,7 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
 
 @click.command(name="mq-reaper", help="Unlink deleted messages and queues; drop abandoned writes from new/.")
 @config_option
-@click.option(
-    "--root",
-    envvar="MQ_ROOT",
-    default="/tmp/mq",
-    show_default=True,
-    show_envvar=True,
-    help="Root of the queue folder tree.",
-)
+@root_option
 @click.option(
     "--new-grace",
     type=float,
@@ -327,9 +322,7 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
     show_envvar=True,
     help="Seconds between full rescans of remove/ and sweeps of new/.",
 )
-@click.option(
-    "--log-level", envvar="MQ_LOG_LEVEL", default="INFO", show_default=True, show_envvar=True, help="Logging level."
-)
+@log_level_option
 @click.pass_context
 def cli(ctx: click.Context, root: str, new_grace: float, rescan_interval: float, log_level: str) -> int:
     setup_logging(log_level)

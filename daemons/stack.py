@@ -86,7 +86,7 @@ async def run_stack(root: str, address: str, port: int, extra: dict[str, list[st
 
 
 @click.command(name="mq-stack", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", default="/tmp/mq", envvar="MQ_ROOT", show_envvar=True, show_default=True)
+@_runtime.root_option
 @click.option("--address", default="127.0.0.1", envvar="MQ_ADDRESS", show_envvar=True, show_default=True)
 @click.option("--port", type=int, default=8080, envvar="MQ_PORT", show_envvar=True, show_default=True)
 @click.option("--mq-arg", "mq_args", multiple=True, help="Extra argument passed to mq (repeatable).")
