@@ -28,7 +28,6 @@ parses names and keeps the heap.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import logging
 import math
@@ -38,23 +37,15 @@ from dataclasses import dataclass
 import click
 
 from daemons._runtime import (
-    EXIT_OK,
-    build_settings,
     check_interval,
     check_log_level,
-    check_root,
     check_root_value,
     config_option,
-    install_stop_signals,
     log_level_option,
-    log_sources,
     root_option,
-    run,
     run_command,
-    sd_notify,
-    setup_logging,
-    wait_for_wake,
 )
+from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
 from mqcore.errors import StorageUnavailable
 from mqcore.names import InFlightName, parse_in_flight_name
 from mqcore.protocol import Store, now_ms
@@ -97,7 +88,7 @@ class MoverSettings:
 # -- the daemon ---------------------------------------------------------------
 
 
-class Mover:
+class Mover(WatchedDirDaemon):
     """Redelivers due in-flight messages of one root.
 
     Args:
@@ -106,20 +97,18 @@ class Mover:
         watcher: inotify watcher to use for ``delay/``, or None to rely on rescans.
     """
 
+    log = logger
+    dir_label = "delay/"
+    watch_tag = _DELAY_TAG
+
     def __init__(self, store: Store, *, rescan_interval_seconds: float, watcher: DirWatcher | None) -> None:
-        self.store = store
-        self.rescan_interval_seconds = rescan_interval_seconds
-        self.watcher = watcher
-        self._loop = asyncio.get_running_loop()
+        super().__init__(store, rescan_interval_seconds=rescan_interval_seconds, watcher=watcher)
         #: (deadline_ms, file name); may hold stale and duplicate entries (lazy deletion).
         self._heap: list[tuple[int, str]] = []
         #: File names believed to be in ``delay/`` and not yet handled, with their parsed form.
         self._pending: dict[str, InFlightName] = {}
-        self._wake = asyncio.Event()
-        self._rescan_requested = False
         #: Deadline (epoch ms) the loop sleeps until; an arrival due earlier wakes it.
         self._sleep_until_ms: float = math.inf
-        self._reading = False
 
     def __len__(self) -> int:
         """Number of in-flight files known and not yet handled."""
@@ -129,10 +118,8 @@ class Mover:
         """Number of known in-flight files whose deadline is at or before ``now`` (epoch ms)."""
         return sum(1 for item in self._pending.values() if item.deadline_ms <= now)
 
-    @property
-    def watching(self) -> bool:
-        """True while inotify watches ``delay/``."""
-        return self.watcher is not None and self.watcher.watching(_DELAY_TAG)
+    def _watched_dir(self) -> str:
+        return self.store.layout.delay
 
     # -- what is known --------------------------------------------------
 
@@ -146,28 +133,19 @@ class Mover:
         if item.deadline_ms < self._sleep_until_ms:
             self._wake.set()
 
-    def _request_rescan(self) -> None:
-        self._rescan_requested = True
-        self._wake.set()
+    def on_arrived(self, name: str) -> None:
+        """inotify: a lease was made; fold it into the heap."""
+        item = parse_in_flight_name(name)
+        if item is None:
+            logger.debug("ignoring foreign file in delay/ name=%s", name)
+        else:
+            self.add(item)
 
-    def _on_readable(self) -> None:
-        """inotify callback (on the loop): fold events into the heap; never blocks."""
-        assert self.watcher is not None
-        for ev in self.watcher.read():
-            if ev.overflow:
-                logger.warning("inotify queue overflowed, rescanning delay/")
-                self._request_rescan()
-            elif ev.dir_gone:
-                logger.warning("delay/ was removed or moved, recreating and rescanning")
-                self._request_rescan()
-            elif ev.arrived:
-                item = parse_in_flight_name(ev.name)
-                if item is None:
-                    logger.debug("ignoring foreign file in delay/ name=%s", ev.name)
-                else:
-                    self.add(item)
-            elif ev.left:
-                self._pending.pop(ev.name, None)
+    def on_left(self, name: str) -> None:
+        """inotify: the file left ``delay/`` (deleted or redelivered elsewhere)."""
+        self._pending.pop(name, None)
+
+    def _after_events(self) -> None:
         self._compact()
 
     def _compact(self) -> None:
@@ -180,34 +158,15 @@ class Mover:
             self._heap = [(item.deadline_ms, name) for name, item in self._pending.items()]
             heapq.heapify(self._heap)
 
-    # -- start-up, rescans ------------------------------------------------
-
-    async def start(self) -> None:
-        """Watch ``delay/`` (if inotify is there), then scan it once.
-
-        The watch comes first, so a lease made during the scan is seen by one
-        or the other.
-        """
-        if self.watcher is not None:
-            self._loop.add_reader(self.watcher.fileno(), self._on_readable)
-            self._reading = True
-        await self.rescan()
+    # -- rescans ----------------------------------------------------------
 
     async def rescan(self) -> None:
         """Re-establish the watch if lost, list ``delay/`` and add what is not known yet.
 
         A failed listing (e.g. EIO) is logged; the next rescan tries again.
         """
-        self._rescan_requested = False
-        try:
-            if not self.watching:
-                # The directory may have been removed (dir_gone); Layout.create is idempotent.
-                await asyncio.to_thread(self.store.layout.create)
-                if self.watcher is not None:
-                    self.watcher.watch(self.store.layout.delay, _DELAY_TAG)
-            items = await asyncio.to_thread(self.store.scan_in_flight)
-        except OSError as exc:
-            logger.error("rescan of delay/ failed error=%s", exc)
+        items = await self._list_watched(self.store.scan_in_flight)
+        if items is None:
             return
         before = len(self._pending)
         for item in items:
@@ -283,38 +242,29 @@ class Mover:
             heapq.heappop(self._heap)  # stale: left delay/ or already handled
         return self._heap[0][0] if self._heap else None
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Redeliver until ``stop`` is set, sleeping until the next deadline, arrival or rescan."""
-        stop_waiter = asyncio.ensure_future(stop.wait())
-        stop_waiter.add_done_callback(lambda _: self._wake.set())
-        next_rescan = self._loop.time() + self.rescan_interval_seconds
-        try:
-            while not stop.is_set():
-                self._wake.clear()
-                self._sleep_until_ms = math.inf  # while working, any arrival re-runs the loop
-                if self._rescan_requested or self._loop.time() >= next_rescan:
-                    await self.rescan()
-                    next_rescan = self._loop.time() + self.rescan_interval_seconds
-                await self.redeliver_due(stop)
-                if stop.is_set() or self._rescan_requested:
-                    continue
-                timeout = next_rescan - self._loop.time()
-                deadline = self._next_deadline_ms()
-                if deadline is not None:
-                    self._sleep_until_ms = deadline
-                    # +1 ms: wake at or after the deadline, never just before it.
-                    timeout = min(timeout, (deadline - now_ms() + 1) / 1000)
-                await wait_for_wake(self._wake, timeout)
-        finally:
-            stop_waiter.cancel()
+    async def work(self, stop: asyncio.Event) -> None:
+        await self.redeliver_due(stop)
 
-    def close(self) -> None:
-        """Stop reading inotify events and close the watcher."""
-        if self.watcher is not None:
-            if self._reading:
-                self._loop.remove_reader(self.watcher.fileno())
-                self._reading = False
-            self.watcher.close()
+    def _begin_pass(self) -> None:
+        self._sleep_until_ms = math.inf  # while working, any arrival re-runs the loop
+
+    def _sleep_timeout(self, until_rescan_seconds: float) -> float:
+        """Sleep until the next rescan or the earliest deadline, whichever comes first."""
+        deadline = self._next_deadline_ms()
+        if deadline is None:
+            return until_rescan_seconds
+        self._sleep_until_ms = deadline
+        # +1 ms: wake at or after the deadline, never just before it.
+        return min(until_rescan_seconds, (deadline - now_ms() + 1) / 1000)
+
+    def log_start_up(self) -> None:
+        logger.info(
+            "start-up scan in_flight=%d due=%d inotify=%s rescan_interval_seconds=%s",
+            len(self),
+            self.count_due(now_ms()),
+            "yes" if self.watching else "no",
+            self.rescan_interval_seconds,
+        )
 
 
 async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:
@@ -328,27 +278,13 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
         shutdown_trigger: Set it to stop; when None, SIGTERM and SIGINT set an
             internal one. The current batch of renames is finished first.
     """
-    stop = shutdown_trigger if shutdown_trigger is not None else asyncio.Event()
-    if shutdown_trigger is None:
-        install_stop_signals(stop)
-    store = await asyncio.to_thread(Store, settings.root)
-    mover = Mover(store, rescan_interval_seconds=settings.rescan_interval_seconds, watcher=open_watcher())
-    try:
-        await mover.start()
-        logger.info(
-            "start-up scan in_flight=%d due=%d inotify=%s rescan_interval_seconds=%s",
-            len(mover),
-            mover.count_due(now_ms()),
-            "yes" if mover.watching else "no",
-            settings.rescan_interval_seconds,
-        )
-        logger.info("mq-mover ready root=%s", store.layout.root)
-        sd_notify("READY=1")
-        await mover.run(stop)
-    finally:
-        mover.close()
-        store.close()
-        logger.info("mq-mover stopped")
+    await serve_daemon(
+        "mq-mover",
+        logger,
+        settings.root,
+        lambda store: Mover(store, rescan_interval_seconds=settings.rescan_interval_seconds, watcher=open_watcher()),
+        shutdown_trigger,
+    )
 
 
 # -- command line -------------------------------------------------------------
@@ -369,22 +305,7 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
 @log_level_option
 @click.pass_context
 def cli(ctx: click.Context, root: str, rescan_interval: float, log_level: str) -> int:
-    setup_logging(log_level)
-    log_sources(ctx, ctx.params)
-    settings = build_settings(
-        ctx,
-        MoverSettings,
-        root=root,
-        rescan_interval_seconds=rescan_interval,
-        log_level=log_level.upper(),
-    )
-    settings = dataclasses.replace(settings, root=check_root(settings.root))
-    return run(lambda: _serve_to_exit(settings))
-
-
-async def _serve_to_exit(settings: MoverSettings) -> int:
-    await serve(settings)
-    return EXIT_OK
+    return run_cli(ctx, MoverSettings, serve, root=root, rescan_interval_seconds=rescan_interval, log_level=log_level)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,6 @@ simply join the next one.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
 import sys
@@ -30,23 +29,15 @@ from dataclasses import dataclass
 import click
 
 from daemons._runtime import (
-    EXIT_OK,
-    build_settings,
     check_interval,
     check_log_level,
-    check_root,
     check_root_value,
     config_option,
-    install_stop_signals,
     log_level_option,
-    log_sources,
     root_option,
-    run,
     run_command,
-    sd_notify,
-    setup_logging,
-    wait_for_wake,
 )
+from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
 from mqcore.names import REMOVED_QUEUE_SUFFIX
 from mqcore.protocol import Store
 from mqcore.watch import DirWatcher, open_watcher
@@ -90,7 +81,7 @@ class ReaperSettings:
         check_log_level(self.log_level)
 
 
-class Reaper:
+class Reaper(WatchedDirDaemon):
     """Removes what was moved into ``remove/`` of one root, and sweeps ``new/``.
 
     Args:
@@ -100,6 +91,10 @@ class Reaper:
         watcher: inotify watcher to use for ``remove/``, or None to rely on rescans.
     """
 
+    log = logger
+    dir_label = "remove/"
+    watch_tag = _REMOVE_TAG
+
     def __init__(
         self,
         store: Store,
@@ -108,68 +103,35 @@ class Reaper:
         rescan_interval_seconds: float,
         watcher: DirWatcher | None,
     ) -> None:
-        self.store = store
+        super().__init__(store, rescan_interval_seconds=rescan_interval_seconds, watcher=watcher)
+        self.new_grace_seconds = new_grace_seconds
         self.new_grace_ms = math.ceil(new_grace_seconds * 1000)
-        self.rescan_interval_seconds = rescan_interval_seconds
-        self.watcher = watcher
-        self._loop = asyncio.get_running_loop()
         #: Names in ``remove/`` to remove (a dict as an ordered set: oldest arrival first).
         self._pending: dict[str, None] = {}
-        self._wake = asyncio.Event()
-        self._rescan_requested = False
-        self._reading = False
 
     def __len__(self) -> int:
         """Number of entries of ``remove/`` known and not yet removed."""
         return len(self._pending)
 
-    @property
-    def watching(self) -> bool:
-        """True while inotify watches ``remove/``."""
-        return self.watcher is not None and self.watcher.watching(_REMOVE_TAG)
+    def _watched_dir(self) -> str:
+        return self.store.layout.remove
 
-    def _request_rescan(self) -> None:
-        self._rescan_requested = True
+    def on_arrived(self, name: str) -> None:
+        """inotify: an entry was moved into ``remove/``; reap it soon."""
+        self._pending[name] = None
         self._wake.set()
 
-    def _on_readable(self) -> None:
-        """inotify callback (on the loop): note arrivals in ``remove/``; never blocks."""
-        assert self.watcher is not None
-        for ev in self.watcher.read():
-            if ev.overflow:
-                logger.warning("inotify queue overflowed, rescanning remove/")
-                self._request_rescan()
-            elif ev.dir_gone:
-                logger.warning("remove/ was removed or moved, recreating and rescanning")
-                self._request_rescan()
-            elif ev.arrived:
-                self._pending[ev.name] = None
-                self._wake.set()
-            elif ev.left:
-                self._pending.pop(ev.name, None)
-
-    async def start(self) -> None:
-        """Watch ``remove/`` (if inotify is there), then scan it and sweep ``new/`` once."""
-        if self.watcher is not None:
-            self._loop.add_reader(self.watcher.fileno(), self._on_readable)
-            self._reading = True
-        await self.rescan()
+    def on_left(self, name: str) -> None:
+        """inotify: the entry left ``remove/``."""
+        self._pending.pop(name, None)
 
     async def rescan(self) -> None:
         """Re-establish the watch if lost, list ``remove/``, and sweep ``new/``.
 
         A failure (e.g. EIO) is logged; the next rescan tries again.
         """
-        self._rescan_requested = False
-        try:
-            if not self.watching:
-                await asyncio.to_thread(self.store.layout.create)
-                if self.watcher is not None:
-                    self.watcher.watch(self.store.layout.remove, _REMOVE_TAG)
-            names = await asyncio.to_thread(self.store.scan_removed)
-        except OSError as exc:
-            logger.error("rescan of remove/ failed error=%s", exc)
-        else:
+        names = await self._list_watched(self.store.scan_removed)
+        if names is not None:
             for name in names:
                 self._pending[name] = None
             logger.debug("rescanned remove/ entries=%d", len(names))
@@ -235,31 +197,20 @@ class Reaper:
             removed += files + queues
         return removed
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Reap until ``stop`` is set, sleeping until an arrival or the next rescan."""
-        stop_waiter = asyncio.ensure_future(stop.wait())
-        stop_waiter.add_done_callback(lambda _: self._wake.set())
-        next_rescan = self._loop.time() + self.rescan_interval_seconds
-        try:
-            while not stop.is_set():
-                self._wake.clear()
-                if self._rescan_requested or self._loop.time() >= next_rescan:
-                    await self.rescan()
-                    next_rescan = self._loop.time() + self.rescan_interval_seconds
-                await self.reap_pending(stop)
-                if stop.is_set() or self._rescan_requested or self._pending:
-                    continue
-                await wait_for_wake(self._wake, next_rescan - self._loop.time())
-        finally:
-            stop_waiter.cancel()
+    async def work(self, stop: asyncio.Event) -> None:
+        await self.reap_pending(stop)
 
-    def close(self) -> None:
-        """Stop reading inotify events and close the watcher."""
-        if self.watcher is not None:
-            if self._reading:
-                self._loop.remove_reader(self.watcher.fileno())
-                self._reading = False
-            self.watcher.close()
+    def _more_work(self) -> bool:
+        return bool(self._pending)
+
+    def log_start_up(self) -> None:
+        logger.info(
+            "start-up scan removed=%d inotify=%s new_grace_seconds=%s rescan_interval_seconds=%s",
+            len(self),
+            "yes" if self.watching else "no",
+            self.new_grace_seconds,
+            self.rescan_interval_seconds,
+        )
 
 
 async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:
@@ -273,32 +224,18 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
         shutdown_trigger: Set it to stop; when None, SIGTERM and SIGINT set an
             internal one. The current batch of unlinks is finished first.
     """
-    stop = shutdown_trigger if shutdown_trigger is not None else asyncio.Event()
-    if shutdown_trigger is None:
-        install_stop_signals(stop)
-    store = await asyncio.to_thread(Store, settings.root)
-    reaper = Reaper(
-        store,
-        new_grace_seconds=settings.new_grace_seconds,
-        rescan_interval_seconds=settings.rescan_interval_seconds,
-        watcher=open_watcher(),
+    await serve_daemon(
+        "mq-reaper",
+        logger,
+        settings.root,
+        lambda store: Reaper(
+            store,
+            new_grace_seconds=settings.new_grace_seconds,
+            rescan_interval_seconds=settings.rescan_interval_seconds,
+            watcher=open_watcher(),
+        ),
+        shutdown_trigger,
     )
-    try:
-        await reaper.start()
-        logger.info(
-            "start-up scan removed=%d inotify=%s new_grace_seconds=%s rescan_interval_seconds=%s",
-            len(reaper),
-            "yes" if reaper.watching else "no",
-            settings.new_grace_seconds,
-            settings.rescan_interval_seconds,
-        )
-        logger.info("mq-reaper ready root=%s", store.layout.root)
-        sd_notify("READY=1")
-        await reaper.run(stop)
-    finally:
-        reaper.close()
-        store.close()
-        logger.info("mq-reaper stopped")
 
 
 @click.command(name="mq-reaper", help="Unlink deleted messages and queues; drop abandoned writes from new/.")
@@ -325,23 +262,15 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
 @log_level_option
 @click.pass_context
 def cli(ctx: click.Context, root: str, new_grace: float, rescan_interval: float, log_level: str) -> int:
-    setup_logging(log_level)
-    log_sources(ctx, ctx.params)
-    settings = build_settings(
+    return run_cli(
         ctx,
         ReaperSettings,
+        serve,
         root=root,
         new_grace_seconds=new_grace,
         rescan_interval_seconds=rescan_interval,
-        log_level=log_level.upper(),
+        log_level=log_level,
     )
-    settings = dataclasses.replace(settings, root=check_root(settings.root))
-    return run(lambda: _serve_to_exit(settings))
-
-
-async def _serve_to_exit(settings: ReaperSettings) -> int:
-    await serve(settings)
-    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
