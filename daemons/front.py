@@ -49,6 +49,10 @@ T = TypeVar("T")
 MAX_VISIBILITY_TIMEOUT_SECONDS = 43_200
 #: Default maximum body size, in bytes (SQS: 1 MiB).
 DEFAULT_MAX_MESSAGE_BYTES = 1_048_576
+#: Seconds a stopping mq waits for requests in progress before cancelling them. A send
+#: whose body has arrived finishes in milliseconds (its fsync); what is still waiting
+#: after this is a client that has not finished uploading, and never got a 201.
+SHUTDOWN_TIMEOUT_SECONDS = 5.0
 #: How many of this process's leases are remembered to make deletes by id cheap.
 MAX_REMEMBERED_LEASES = 100_000
 
@@ -475,7 +479,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     access_log = logging.getLogger("mq.access") if settings.access_log else None
     runner = web.AppRunner(make_app(broker), access_log=access_log, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, settings.address, settings.port, shutdown_timeout=30.0, backlog=1024)
+    site = web.TCPSite(runner, settings.address, settings.port, shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS, backlog=1024)
     try:
         await site.start()
     except OSError as exc:
