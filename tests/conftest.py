@@ -502,3 +502,42 @@ def shared_stack(_module_stack: Stack, http: aiohttp.ClientSession) -> Stack:
 def queue(request: pytest.FixtureRequest) -> str:
     """A queue name unique to the test (not created)."""
     return re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)[:80]
+
+
+# -- a small real filesystem for disk-full tests (shared/notes/fault-testing.md) -----------------
+
+
+def fault_unavailable(reason: str) -> None:
+    """Skip a fault test locally; fail it under CI=true, where the fault suite must run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"fault test cannot run under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def mount_tmpfs() -> Iterator[Callable[[Path, str], Path]]:
+    """A function ``mount(dir, options)`` that mounts a tmpfs (e.g. ``size=1m``) on a new ``dir``.
+
+    Every mount is lazily unmounted at teardown. Needs root; without it (or
+    without a working ``mount``) the test is skipped, or fails under CI=true.
+    """
+    mounted: list[Path] = []
+
+    def mount(mount_point: Path, options: str) -> Path:
+        mount_point.mkdir()
+        if os.geteuid() != 0:
+            fault_unavailable("mounting a tmpfs needs root")
+        try:
+            result = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            fault_unavailable(f"mount failed: {exc}")
+        if result.returncode != 0:
+            fault_unavailable(f"mount -t tmpfs failed: {result.stderr.decode(errors='replace').strip()}")
+        mounted.append(mount_point)
+        return mount_point
+
+    yield mount
+    for mount_point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30, check=False)

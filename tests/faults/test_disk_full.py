@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,33 +23,11 @@ FILESYSTEMS = [
 ]
 
 
-def unavailable(reason: str) -> None:
-    """Skip locally; fail under CI=true, where the fault suite must run."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"fault test cannot run under CI=true: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture
-def small_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """A small tmpfs mounted at ``tmp_path / "root"``; yields (mount point, body size in bytes)."""
+def small_fs(request: pytest.FixtureRequest, tmp_path: Path, mount_tmpfs) -> tuple[Path, int]:
+    """A small tmpfs mounted at ``tmp_path / "root"``; returns (mount point, body size in bytes)."""
     options, body_size = request.param
-    mount_point = tmp_path / "root"
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        unavailable("mounting a tmpfs needs root")
-    try:
-        result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        unavailable(f"mount failed: {exc}")
-    if result.returncode != 0:
-        unavailable(f"mount -t tmpfs failed: {result.stderr.decode(errors='replace').strip()}")
-    try:
-        yield mount_point, body_size
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30, check=False)
+    return mount_tmpfs(tmp_path / "root", options), body_size
 
 
 def assert_503(reply, logs: str) -> None:

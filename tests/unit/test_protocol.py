@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -757,33 +756,10 @@ def test_concurrent_lease_and_delete_have_one_winner(tmp_path: Path) -> None:
 # -- storage errors (fault-testing.md: a real ENOSPC from a small tmpfs) ----------------------
 
 
-def unavailable(reason: str) -> None:
-    """Skip locally; fail under CI=true, where fault tests must run."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"fault test cannot run under CI=true: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture
-def tiny_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+def tiny_fs(request: pytest.FixtureRequest, tmp_path: Path, mount_tmpfs) -> Path:
     """A tmpfs mounted at ``tmp_path / "fs"`` with the options of ``request.param`` (default 64 KiB)."""
-    options = getattr(request, "param", "size=64k")
-    mount_point = tmp_path / "fs"
-    mount_point.mkdir()
-    if os.geteuid() != 0:
-        unavailable("mounting a tmpfs needs root")
-    try:
-        result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)], capture_output=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        unavailable(f"mount failed: {exc}")
-    if result.returncode != 0:
-        unavailable(f"mount -t tmpfs failed: {result.stderr.decode(errors='replace').strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30, check=False)
+    return mount_tmpfs(tmp_path / "fs", getattr(request, "param", "size=64k"))
 
 
 @pytest.mark.faults
