@@ -114,3 +114,64 @@ class ConfigError(MQError, ValueError):
 
     code = "config_error"
     status = 500
+
+
+class InvalidReceiptHandle(InvalidRequest):
+    """A receipt handle is malformed, or names another queue or message (HTTP 400)."""
+
+    code = "invalid_receipt_handle"
+
+
+class StaleReceiptHandle(MQError):
+    """The message was received again after this receipt handle was issued (HTTP 410).
+
+    The newer lease is left untouched (SQS: a stale handle must never delete
+    a message another consumer received since; ElasticMQ answers
+    ReceiptHandleIsInvalid).
+    """
+
+    code = "stale_receipt_handle"
+    status = 410
+
+
+class MessageNotInFlight(InvalidRequest):
+    """Change of visibility of a message that is ready, not in flight (SQS: MessageNotInflight, HTTP 400)."""
+
+    code = "message_not_in_flight"
+
+
+class InvalidAttribute(InvalidRequest):
+    """A queue attribute or message attribute is unknown or out of range (HTTP 400; ``details["name"]``)."""
+
+    code = "invalid_attribute"
+
+
+class QueueNameExists(MQError):
+    """A queue exists with other attributes than the ones given to create it (SQS: QueueNameExists, HTTP 409)."""
+
+    code = "queue_name_exists"
+    status = 409
+
+
+class QueueFull(MQError):
+    """The queue holds ``capacity`` ready messages and no room was made in time (HTTP 429 + Retry-After).
+
+    Args:
+        message: What is full.
+        retry_after_seconds: Suggested wait before retrying, in seconds.
+    """
+
+    code = "queue_full"
+    status = 429
+    retriable = True
+
+    def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
+        super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class RedriveInProgress(MQError):
+    """A redrive out of this dead-letter queue is already running (HTTP 409; SQS allows one task per queue)."""
+
+    code = "redrive_in_progress"
+    status = 409

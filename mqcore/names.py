@@ -13,6 +13,18 @@ File-name forms (protocol version 1; ``Q`` queue name, ``ID`` message id,
     delay/DL.Q.ID.RC         in flight until DL; RC counts this receive
     remove/Q.ID              deleted message, to be unlinked by mq-reaper
     remove/Q.TOKEN.queue     a deleted queue's directory, to be removed whole
+
+Extensions (issue 3; optional files, a root without them is valid)::
+
+    queues/Q/.attributes     the queue's explicitly set attributes (JSON)
+    queues/Q/.purge          purge marker: messages with ids <= purged_before_id are gone
+    queues/Q/.redrive        status of the redrive task out of Q (a dead-letter queue)
+    queues/Q/.NAME.TOKEN.tmp one of the above being written (renamed over it)
+    queues/.Q.TOKEN.creating a queue being created with its attributes (renamed to queues/Q)
+    delay/DL.Q.ID.0          a delayed send (receive count 0), invisible until DL
+    attempts/Q.HASH          receive request attempt record; HASH = sha256 of the attempt id, hex
+
+A receipt handle is the ``delay/`` name its receive made (``DL.Q.ID.RC``).
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import NewType
 
-from mqcore.errors import InvalidMessageId, InvalidQueueName
+from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle
 
 QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
@@ -42,6 +54,15 @@ NEW_DIR = "new"
 QUEUES_DIR = "queues"
 DELAY_DIR = "delay"
 REMOVE_DIR = "remove"
+ATTEMPTS_DIR = "attempts"
+#: File names of a queue's metadata inside ``queues/Q/`` (never message names: they start with ".").
+ATTRIBUTES_FILE = ".attributes"
+PURGE_FILE = ".purge"
+REDRIVE_FILE = ".redrive"
+#: Suffix of a queue directory being created, inside ``queues/``.
+STAGING_SUFFIX = ".creating"
+#: How long a receive request attempt id is remembered, in ms (SQS: 5 minutes).
+ATTEMPT_WINDOW_MS = 300_000
 #: Suffix of a deleted queue's directory inside ``remove/``.
 REMOVED_QUEUE_SUFFIX = ".queue"
 
@@ -167,6 +188,21 @@ def parse_in_flight_name(filename: str) -> InFlightName | None:
     return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc))
 
 
+def parse_receipt_handle(handle: str) -> InFlightName:
+    """Parse a receipt handle (the ``delay/`` name ``DL.Q.ID.RC`` its receive made, RC >= 1).
+
+    Raises:
+        InvalidReceiptHandle: Anything else.
+    """
+    parsed = parse_in_flight_name(handle) if isinstance(handle, str) else None
+    if parsed is None or parsed.receive_count < 1:
+        raise InvalidReceiptHandle(
+            "receipt handles are the X-Receipt-Handle strings returned by a receive",
+            receipt_handle=handle if isinstance(handle, str) else repr(handle),
+        )
+    return parsed
+
+
 def new_name(queue: QueueName, message_id: MessageId) -> str:
     """File name of a message being written, inside ``new/``: ``Q.ID``."""
     return f"{queue}.{message_id}"
@@ -198,15 +234,34 @@ class Layout:
         self.queues = os.path.join(self.root, QUEUES_DIR)
         self.delay = os.path.join(self.root, DELAY_DIR)
         self.remove = os.path.join(self.root, REMOVE_DIR)
+        self.attempts = os.path.join(self.root, ATTEMPTS_DIR)
 
     def create(self) -> None:
-        """Create the four top-level folders if missing (idempotent; mode 0o777 & ~umask)."""
-        for path in (self.new, self.queues, self.delay, self.remove):
+        """Create the top-level folders if missing (idempotent; mode 0o777 & ~umask)."""
+        for path in (self.new, self.queues, self.delay, self.remove, self.attempts):
             os.makedirs(path, exist_ok=True)
 
     def queue_dir(self, queue: QueueName) -> str:
         """Path of ``queues/<queue>`` (the name is checked again: defence in depth)."""
         return os.path.join(self.queues, check_queue_name(queue))
+
+    def attributes_path(self, queue: QueueName) -> str:
+        """Path of ``queues/<queue>/.attributes``."""
+        return os.path.join(self.queue_dir(queue), ATTRIBUTES_FILE)
+
+    def purge_path(self, queue: QueueName) -> str:
+        """Path of ``queues/<queue>/.purge``."""
+        return os.path.join(self.queue_dir(queue), PURGE_FILE)
+
+    def redrive_path(self, queue: QueueName) -> str:
+        """Path of ``queues/<queue>/.redrive``."""
+        return os.path.join(self.queue_dir(queue), REDRIVE_FILE)
+
+    def attempt_path(self, queue: QueueName, attempt_hash: str) -> str:
+        """Path of ``attempts/<queue>.<hash>`` (``attempt_hash`` must be 64 lowercase hex digits)."""
+        if not re.fullmatch(r"[0-9a-f]{64}", attempt_hash):
+            raise ValueError(f"not a sha256 hex digest: {attempt_hash!r}")
+        return os.path.join(self.attempts, f"{check_queue_name(queue)}.{attempt_hash}")
 
     def ready_path(self, queue: QueueName, message_id: MessageId, receive_count: int) -> str:
         """Path of a ready message file."""

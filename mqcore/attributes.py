@@ -1,0 +1,198 @@
+"""Queue attributes and message attributes: their names, ranges, defaults and checks.
+
+Queue attributes live in ``queues/<queue>/.attributes`` (``docs/protocol.md``,
+"Queue attributes"). The file holds only the keys set explicitly; every other
+key takes the default of whoever reads it (the front end's defaults come from
+its own options, e.g. ``--visibility-timeout``). Ranges follow Amazon SQS
+where SQS has the same setting, and are cited per field.
+
+Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from mqcore.errors import InvalidAttribute
+from mqcore.names import QueueName, check_queue_name
+
+#: Largest visibility timeout, in seconds (SQS: VisibilityTimeout 0-43200).
+MAX_VISIBILITY_TIMEOUT_SECONDS = 43_200
+#: Largest delay of a message, in seconds (SQS: DelaySeconds 0-900).
+MAX_DELAY_SECONDS = 900
+#: Longest long-polling wait, in seconds (SQS: WaitTimeSeconds 0-20).
+MAX_WAIT_SECONDS = 20
+#: Retention bounds, in seconds (SQS: MessageRetentionPeriod 60-1,209,600; default 345,600 = 4 days).
+MIN_RETENTION_SECONDS = 60
+MAX_RETENTION_SECONDS = 1_209_600
+DEFAULT_RETENTION_SECONDS = 345_600
+#: Largest message body, in bytes (SQS: 1 MiB).
+MAX_MESSAGE_BYTES = 1_048_576
+#: Default maximum receive count when only a dead-letter queue is given (SMQ retries 5 times).
+DEFAULT_MAX_RECEIVE_COUNT = 5
+#: Largest maximum receive count (SQS: maxReceiveCount 1-1000).
+MAX_RECEIVE_COUNT_LIMIT = 1000
+#: Largest capacity, in ready messages.
+MAX_CAPACITY = 1_000_000_000
+#: Most user attributes on one message (SQS: 10).
+MAX_MESSAGE_ATTRIBUTES = 10
+#: Longest message attribute name, in characters (SQS: 256).
+MAX_ATTRIBUTE_NAME_CHARS = 256
+
+_ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAttributes:
+    """The effective attributes of a queue (every field has a value).
+
+    JSON keys are the field names; units are in the names.
+    """
+
+    visibility_timeout_seconds: int = 30
+    """Default visibility timeout of a receive, in seconds (SQS: VisibilityTimeout 0-43200, default 30)."""
+    delay_seconds: int = 0
+    """Default delay of a sent message, in seconds (SQS: DelaySeconds 0-900)."""
+    receive_wait_seconds: int = 0
+    """Default long-polling wait of a receive, in seconds (SQS: ReceiveMessageWaitTimeSeconds 0-20)."""
+    retention_seconds: int = DEFAULT_RETENTION_SECONDS
+    """Age, from its send time, at which a message is removed, in seconds (SQS: MessageRetentionPeriod
+    60-1,209,600, default 4 days). A dead-lettered message keeps its original send time, as in SQS."""
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    """Largest body accepted, in bytes (SQS: MaximumMessageSize, up to 1 MiB); the daemon's
+    ``--max-message-size`` caps it."""
+    max_receive_count: int | None = None
+    """Receives after which a message moves to ``dead_letter_queue`` (SQS: RedrivePolicy maxReceiveCount 1-1000)."""
+    dead_letter_queue: QueueName | None = None
+    """Queue that receives messages received more than ``max_receive_count`` times (SQS: deadLetterTargetArn)."""
+    capacity: int | None = None
+    """Most ready messages the queue holds (None = unbounded); a send to a full queue waits
+    (VSQS's bounded queue). Counts ready messages only, as RabbitMQ's max-length."""
+    capacity_wait_seconds: int = 20
+    """How long a send to a full queue waits for room before failing with ``queue_full``, in seconds (0-20)."""
+
+    @classmethod
+    def from_json(cls, obj: object, defaults: QueueAttributes | None = None) -> QueueAttributes:
+        """Return ``defaults`` (or the built-in defaults) overlaid with the keys of ``obj``.
+
+        Raises:
+            InvalidAttribute: ``obj`` is not an object, has an unknown key or a value out of range.
+        """
+        changes = check_changes(obj)
+        return effective({k: v for k, v in changes.items() if v is not None}, defaults or cls())
+
+    def to_json(self) -> dict[str, Any]:
+        """Every attribute as a JSON-ready dict."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+#: The JSON keys of queue attributes.
+KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(QueueAttributes))
+
+_INT_RANGES: dict[str, tuple[int, int, str]] = {
+    "visibility_timeout_seconds": (0, MAX_VISIBILITY_TIMEOUT_SECONDS, "SQS: VisibilityTimeout 0-43200"),
+    "delay_seconds": (0, MAX_DELAY_SECONDS, "SQS: DelaySeconds 0-900"),
+    "receive_wait_seconds": (0, MAX_WAIT_SECONDS, "SQS: ReceiveMessageWaitTimeSeconds 0-20"),
+    "retention_seconds": (MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS, "SQS: MessageRetentionPeriod 60-1209600"),
+    "max_message_bytes": (1, MAX_MESSAGE_BYTES, "SQS: MaximumMessageSize up to 1 MiB"),
+    "max_receive_count": (1, MAX_RECEIVE_COUNT_LIMIT, "SQS: maxReceiveCount 1-1000"),
+    "capacity": (1, MAX_CAPACITY, "1-1000000000 ready messages"),
+    "capacity_wait_seconds": (0, MAX_WAIT_SECONDS, "0-20 seconds, as long polling"),
+}
+_NULLABLE = frozenset({"max_receive_count", "dead_letter_queue", "capacity"})
+
+
+def check_changes(obj: object) -> dict[str, Any]:
+    """Check a partial attributes object ``{key: value or None}``; return it with checked values.
+
+    ``None`` means "back to the default". Integers must be JSON integers (not
+    strings, not booleans).
+
+    Raises:
+        InvalidAttribute: Not an object, an unknown key, a wrong type or a value out of range
+            (``details["name"]`` names the key).
+    """
+    if not isinstance(obj, dict):
+        raise InvalidAttribute("queue attributes must be a JSON object", name=None)
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key not in KEYS:
+            raise InvalidAttribute(f"unknown queue attribute {key!r}; known: {', '.join(KEYS)}", name=key)
+        if value is None:
+            out[key] = None
+            continue
+        if key == "dead_letter_queue":
+            try:
+                out[key] = check_queue_name(value)
+            except ValueError:
+                raise InvalidAttribute(
+                    "dead_letter_queue must be a queue name (1-80 characters of A-Z, a-z, 0-9, '-', '_')", name=key
+                ) from None
+            continue
+        low, high, rule = _INT_RANGES[key]
+        if type(value) is not int or not low <= value <= high:
+            raise InvalidAttribute(f"{key} must be an integer {low}-{high} ({rule}), got {value!r}", name=key)
+        out[key] = value
+    return out
+
+
+def effective(explicit: dict[str, Any], defaults: QueueAttributes) -> QueueAttributes:
+    """``defaults`` overlaid with the explicitly set keys of a queue.
+
+    A dead-letter queue without ``max_receive_count`` gets
+    :data:`DEFAULT_MAX_RECEIVE_COUNT` (SMQ: 5 attempts). Keys unknown to this
+    version (written by a newer one) are ignored.
+    """
+    values = {k: v for k, v in explicit.items() if k in KEYS and v is not None}
+    attrs = dataclasses.replace(defaults, **values)
+    if attrs.dead_letter_queue is not None and attrs.max_receive_count is None:
+        attrs = dataclasses.replace(attrs, max_receive_count=DEFAULT_MAX_RECEIVE_COUNT)
+    if attrs.max_message_bytes > defaults.max_message_bytes:  # the daemon's limit caps the queue's
+        attrs = dataclasses.replace(attrs, max_message_bytes=defaults.max_message_bytes)
+    return attrs
+
+
+def check_message_attributes(obj: object) -> dict[str, str]:
+    """Check user attributes of a message: a JSON object of name -> string value.
+
+    Rules (SQS's, for the string type): at most 10 attributes; names 1-256
+    characters of ``[A-Za-z0-9_.-]``, not starting or ending with ``.``, no
+    ``..``, not starting with ``AWS.`` or ``Amazon.`` (any case). Values are
+    strings; their size counts towards the message size limit.
+
+    Raises:
+        InvalidAttribute: Any rule broken (``details["name"]`` names the attribute).
+    """
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise InvalidAttribute("message attributes must be a JSON object of name -> string", name=None)
+    if len(obj) > MAX_MESSAGE_ATTRIBUTES:
+        raise InvalidAttribute(
+            f"a message has at most {MAX_MESSAGE_ATTRIBUTES} attributes (SQS), got {len(obj)}", name=None
+        )
+    for name, value in obj.items():
+        if (
+            not isinstance(name, str)
+            or not _ATTRIBUTE_NAME_RE.fullmatch(name)
+            or name.startswith(".")
+            or name.endswith(".")
+            or ".." in name
+            or name.lower().startswith(("aws.", "amazon."))
+        ):
+            raise InvalidAttribute(
+                "message attribute names are 1-256 characters of A-Z, a-z, 0-9, '_', '-', '.' "
+                "(no leading, trailing or double '.', no 'AWS.'/'Amazon.' prefix)",
+                name=name,
+            )
+        if not isinstance(value, str):
+            raise InvalidAttribute(f"message attribute {name!r} must have a string value", name=name)
+    return dict(obj)
+
+
+def attributes_size(attributes: dict[str, str]) -> int:
+    """Bytes that message attributes count towards the size limit (UTF-8 names plus values, as SQS)."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
