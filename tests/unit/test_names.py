@@ -142,11 +142,11 @@ def test_new_and_ready_paths_stay_in_their_directories(name: QueueName, message_
     assert os.path.dirname(layout.ready_path(name, message_id, 3)) == layout.queue_dir(name)
 
 
-def test_layout_create_makes_the_four_directories(tmp_path: Path) -> None:
+def test_layout_create_makes_the_top_level_directories(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "root")
     layout.create()
     layout.create()  # idempotent
-    assert sorted(os.listdir(layout.root)) == ["delay", "new", "queues", "remove"]
+    assert sorted(os.listdir(layout.root)) == ["attempts", "delay", "new", "queues", "remove"]
     assert layout.delay_path("x") == os.path.join(layout.root, "delay", "x")
     assert layout.remove_path("x") == os.path.join(layout.root, "remove", "x")
 
