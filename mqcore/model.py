@@ -13,7 +13,7 @@ attributes without changing the file-name protocol.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mqcore.names import MessageId, QueueName, sent_ms_of
@@ -27,11 +27,28 @@ class CorruptMessage(ValueError):
     """A message file does not hold a complete header and body (a torn write)."""
 
 
-def encode(body: bytes, content_type: str | None = None) -> bytes:
-    """Return the file content for ``body`` (bytes) with an optional content type."""
+def encode(
+    body: bytes,
+    content_type: str | None = None,
+    attributes: dict[str, str] | None = None,
+    queue: str | None = None,
+) -> bytes:
+    """Return the file content for ``body`` (bytes).
+
+    Args:
+        body: The body, stored exactly.
+        content_type: Its Content-Type, if given.
+        attributes: User message attributes (name -> string), if any.
+        queue: The queue it is sent to; kept so a redrive out of a dead-letter
+            queue can send it back to its source.
+    """
     header: dict[str, Any] = {"body_bytes": len(body)}
     if content_type:
         header["content_type"] = content_type
+    if attributes:
+        header["attributes"] = attributes
+    if queue:
+        header["queue"] = queue
     return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
 
 
@@ -62,6 +79,14 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     return header, body
 
 
+def header_attributes(header: dict[str, Any]) -> dict[str, str]:
+    """User attributes from a decoded header ({} if absent or malformed)."""
+    attrs = header.get("attributes")
+    if not isinstance(attrs, dict):
+        return {}
+    return {k: v for k, v in attrs.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 @dataclass(frozen=True, slots=True)
 class ReceivedMessage:
     """A message handed to a consumer by a receive.
@@ -73,7 +98,11 @@ class ReceivedMessage:
         content_type: The Content-Type given at send time, or ``application/octet-stream``.
         receive_count: How many times it has been received, this receive included (1 = first).
         deadline_ms: End of this receive's visibility timeout, epoch milliseconds.
-        in_flight_name: Its file name in ``delay/`` while this lease lasts.
+        in_flight_name: Its file name in ``delay/`` made by this receive (also its receipt handle).
+        attributes: User message attributes given at send time (name -> string).
+        first_receive_ms: Approximate time of its first receive, epoch milliseconds
+            (SQS: ApproximateFirstReceiveTimestamp).
+        source_queue: The queue it was first sent to (differs from ``queue`` once dead-lettered), or None if unknown.
     """
 
     queue: QueueName
@@ -83,6 +112,14 @@ class ReceivedMessage:
     receive_count: int
     deadline_ms: int
     in_flight_name: str
+    attributes: dict[str, str] = field(default_factory=dict)
+    first_receive_ms: int = 0
+    source_queue: str | None = None
+
+    @property
+    def receipt_handle(self) -> str:
+        """The receipt handle of this receive (opaque to clients; the ``delay/`` name it made)."""
+        return self.in_flight_name
 
     @property
     def sent_ms(self) -> int:

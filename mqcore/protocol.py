@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -23,12 +25,26 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from mqcore import model
-from mqcore.errors import MessageNotFound, MQError, QueueNotFound, StorageUnavailable
+from mqcore.attributes import QueueAttributes, check_changes, effective
+from mqcore.errors import (
+    InvalidAttribute,
+    InvalidReceiptHandle,
+    MessageNotFound,
+    MessageNotInFlight,
+    MQError,
+    QueueNameExists,
+    QueueNotFound,
+    StaleReceiptHandle,
+    StorageUnavailable,
+)
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
+    ATTEMPT_WINDOW_MS,
     REMOVED_QUEUE_SUFFIX,
+    STAGING_SUFFIX,
     IdGenerator,
     InFlightName,
     Layout,
@@ -39,6 +55,7 @@ from mqcore.names import (
     in_flight_name,
     parse_in_flight_name,
     parse_ready_name,
+    parse_receipt_handle,
     ready_name,
     removed_name,
     sent_ms_of,
@@ -135,6 +152,54 @@ class PendingMessage:
     path: str
 
 
+@dataclass(frozen=True, slots=True)
+class SendEntry:
+    """One message of a batch send.
+
+    Attributes:
+        body: The body bytes.
+        content_type: Its Content-Type, or None.
+        attributes: User message attributes (name -> string), already checked.
+        delay_ms: Delay before it becomes visible, in ms (0 = ready at once).
+    """
+
+    body: bytes
+    content_type: str | None = None
+    attributes: dict[str, str] | None = None
+    delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeasePolicy:
+    """What a receive (or a redelivery) must check before handing a message out.
+
+    Attributes:
+        max_receive_count: A message already received this many times goes to
+            ``dead_letter_queue`` instead (None = no limit).
+        dead_letter_queue: Where such messages go (None = no dead-letter queue).
+        retention_ms: Messages older than this (from their send time) are
+            removed, in ms (None = kept for ever).
+        purged_before: Messages with ids up to this one were purged (None = never purged).
+    """
+
+    max_receive_count: int | None = None
+    dead_letter_queue: QueueName | None = None
+    retention_ms: int | None = None
+    purged_before: MessageId | None = None
+
+    def is_gone(self, message_id: MessageId, now: int) -> bool:
+        """True if ``message_id`` was purged or has outlived the retention period at ``now`` (epoch ms)."""
+        if self.purged_before is not None and message_id <= self.purged_before:
+            return True
+        return self.retention_ms is not None and sent_ms_of(message_id) + self.retention_ms <= now
+
+    def dead_letter_for(self, receive_count: int) -> QueueName | None:
+        """The dead-letter queue a message received ``receive_count`` times must move to, or None."""
+        if self.dead_letter_queue is None or self.max_receive_count is None:
+            return None
+        return self.dead_letter_queue if receive_count >= self.max_receive_count else None
+
+
 def _storage_error(what: str, exc: OSError) -> StorageUnavailable:
     return StorageUnavailable(
         f"message could not be stored: {what} failed: {exc.strerror or exc}",
@@ -167,36 +232,152 @@ class Store:
         """True if ``queues/<queue>`` is a directory."""
         return os.path.isdir(self.layout.queue_dir(queue))
 
-    def create_queue(self, queue: QueueName) -> bool:
-        """Create ``queues/<queue>``; return False if it already existed (idempotent).
+    def create_queue(
+        self, queue: QueueName, attributes: dict[str, Any] | None = None, now: int | None = None
+    ) -> bool:
+        """Create ``queues/<queue>`` with its attributes; return False if it already existed (idempotent).
 
+        A new queue is built as ``queues/.Q.TOKEN.creating`` holding its
+        ``.attributes`` file and renamed into place, so no process ever sees
+        the queue without its attributes. ``rename(2)`` of a directory fails
+        when the target is a non-empty directory, so of two racing creators
+        exactly one wins.
+
+        Args:
+            queue: The queue name.
+            attributes: Explicit queue attributes (``mqcore.attributes`` keys), or None.
+            now: Creation time, epoch ms (defaults to the wall clock).
         Raises:
             InvalidQueueName: Bad name.
+            InvalidAttribute: Bad attributes, or a dead-letter queue that does not exist or is the queue itself.
+            QueueNameExists: The queue exists and one of ``attributes`` differs from its explicit value
+                (SQS: CreateQueue with other attributes fails with QueueNameExists).
             StorageUnavailable: The directory could not be made durable.
         """
         path = self.layout.queue_dir(queue)
+        explicit = {k: v for k, v in check_changes(attributes or {}).items() if v is not None}
+        if os.path.isdir(path):
+            self._check_same_attributes(queue, explicit)
+            return False
+        self._check_dead_letter_queue(queue, explicit.get("dead_letter_queue"))
+        created_ms = now if now is not None else now_ms()
+        staging = os.path.join(self.layout.queues, f".{queue}.{uuid.uuid4().hex}{STAGING_SUFFIX}")
+        try:
+            os.mkdir(staging)
+            meta = {"version": 1, "created_ms": created_ms, "modified_ms": created_ms, "attributes": explicit}
+            self._write_file(os.path.join(staging, ".attributes"), _json_bytes(meta))
+            self._sync_dir(staging)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise _storage_error("creating the queue directory", exc) from exc
         created = True
         try:
-            os.mkdir(path)
-        except FileExistsError:
+            os.rename(staging, path)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise _storage_error("rename of the new queue directory", exc) from exc
             if not os.path.isdir(path):
                 raise MQError(f"queues/{queue} exists but is not a directory; remove it by hand", queue=queue) from None
-            # Its creator may have died before the fsync below: sync again.
-            created = False
-        except OSError as exc:
-            raise _storage_error("mkdir", exc) from exc
+            self._check_same_attributes(queue, explicit)
+            created = False  # its creator may have died before the fsync below: sync again
         try:
             self._sync_dir(self.layout.queues)
         except OSError as exc:
             raise _storage_error("fsync of queues/", exc) from exc
         return created
 
-    def list_queues(self) -> list[QueueName]:
-        """Names of all queues, sorted."""
+    def _check_same_attributes(self, queue: QueueName, explicit: dict[str, Any]) -> None:
+        if not explicit:
+            return
+        stored = self.get_attributes(queue)
+        differ = sorted(k for k, v in explicit.items() if stored.get(k) != v)
+        if differ:
+            raise QueueNameExists(
+                f"queue {queue!r} exists with other values of {', '.join(differ)}", queue=queue, attributes=differ
+            )
+
+    def _check_dead_letter_queue(self, queue: QueueName, dead_letter_queue: str | None) -> None:
+        if dead_letter_queue is None:
+            return
+        if dead_letter_queue == queue:
+            raise InvalidAttribute("a queue cannot be its own dead-letter queue", name="dead_letter_queue")
+        if not self.queue_exists(QueueName(dead_letter_queue)):
+            raise InvalidAttribute(
+                f"dead-letter queue {dead_letter_queue!r} does not exist; create it first (as SQS requires)",
+                name="dead_letter_queue",
+            )
+
+    def queue_meta(self, queue: QueueName) -> dict[str, Any]:
+        """The queue's ``.attributes`` file: ``{"created_ms", "modified_ms", "attributes"}`` ({} if absent).
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        data = self._read_json(self.layout.attributes_path(queue))
+        if data is None:
+            if not self.queue_exists(queue):
+                raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+            return {}
+        return data
+
+    def get_attributes(self, queue: QueueName) -> dict[str, Any]:
+        """The explicitly set attributes of ``queue`` ({} when none are set, or for a queue of protocol v1).
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        attrs = self.queue_meta(queue).get("attributes")
+        return dict(attrs) if isinstance(attrs, dict) else {}
+
+    def queue_created_ms(self, queue: QueueName) -> int | None:
+        """Creation time of ``queue`` in epoch ms, or None if unknown (created by protocol v1).
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        created = self.queue_meta(queue).get("created_ms")
+        return created if isinstance(created, int) else None
+
+    def set_attributes(self, queue: QueueName, changes: dict[str, Any], now: int | None = None) -> dict[str, Any]:
+        """Merge ``changes`` into the explicit attributes of ``queue`` (a None value removes a key).
+
+        The file is replaced atomically (write, fsync, rename, fsync of the
+        queue directory). Two processes changing attributes at the same time:
+        the last rename wins whole (SQS's SetQueueAttributes has the same race).
+
+        Returns:
+            The explicit attributes after the change.
+        Raises:
+            QueueNotFound: No such queue.
+            InvalidAttribute: A key or value is invalid, or the dead-letter queue does not exist.
+            StorageUnavailable: The change could not be made durable.
+        """
+        checked = check_changes(changes)
+        self._check_dead_letter_queue(queue, checked.get("dead_letter_queue"))
+        meta = self.queue_meta(queue)
+        explicit = dict(meta.get("attributes") or {})
+        for key, value in checked.items():
+            if value is None:
+                explicit.pop(key, None)
+            else:
+                explicit[key] = value
+        stamp = now if now is not None else now_ms()
+        meta = {
+            "version": 1,
+            "created_ms": meta.get("created_ms", stamp),
+            "modified_ms": stamp,
+            "attributes": explicit,
+        }
+        self._replace_json(self.layout.queue_dir(queue), ".attributes", meta)
+        return explicit
+
+    def list_queues(self, prefix: str = "") -> list[QueueName]:
+        """Names of all queues starting with ``prefix``, sorted."""
         out = []
         with os.scandir(self.layout.queues) as it:
             for entry in it:
-                if entry.is_dir(follow_symlinks=False):
+                if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
                     with contextlib.suppress(ValueError):
                         out.append(check_queue_name(entry.name))
         return sorted(out)
@@ -236,9 +417,21 @@ class Store:
 
     # -- send --------------------------------------------------------------
 
-    def write_new(self, queue: QueueName, body: bytes, content_type: str | None = None) -> PendingMessage:
+    def write_new(
+        self,
+        queue: QueueName,
+        body: bytes,
+        content_type: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> PendingMessage:
         """Send, step 1: write the message to ``new/Q.ID`` (O_EXCL) and fsync it.
 
+        Args:
+            queue: The queue.
+            body: The body bytes.
+            content_type: Its Content-Type, or None.
+            attributes: User message attributes (checked by the caller with
+                :func:`mqcore.attributes.check_message_attributes`).
         Raises:
             QueueNotFound: The queue does not exist (nothing is written).
             StorageUnavailable: Create, write or fsync failed; the partial file
@@ -248,7 +441,11 @@ class Store:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         message_id = self.ids.next_id()
         path = self.layout.new_path(queue, message_id)
-        data = model.encode(body, content_type)
+        self._write_file(path, model.encode(body, content_type, attributes, queue))
+        return PendingMessage(queue, message_id, path)
+
+    def _write_file(self, path: str, data: bytes) -> None:
+        """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise StorageUnavailable."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -268,13 +465,14 @@ class Store:
                 os.unlink(path)
             raise _storage_error(step, exc) from exc
         os.close(fd)
-        return PendingMessage(queue, message_id, path)
 
-    def publish(self, pending: PendingMessage) -> None:
-        """Send, step 2: rename ``new/Q.ID`` to ``queues/Q/ID.0`` and fsync the queue directory.
+    def publish(self, pending: PendingMessage, delay_ms: int = 0, now: int | None = None) -> None:
+        """Send, step 2: rename ``new/Q.ID`` into place and fsync the directory it went to.
 
-        Once this returns the message is durable and ready. Directory fsyncs
-        of concurrent publishers are group-committed.
+        ``delay_ms == 0``: to ``queues/Q/ID.0`` (ready). ``delay_ms > 0``: to
+        ``delay/DL.Q.ID.0`` with ``DL = now + delay_ms`` (a delayed send:
+        mq-mover makes it ready when DL passes). Once this returns the message
+        is durable. Directory fsyncs of concurrent publishers are group-committed.
 
         Raises:
             QueueNotFound: The queue was deleted meanwhile; the file is unlinked.
@@ -282,8 +480,26 @@ class Store:
                 a failed fsync the message may or may not survive a power cut:
                 the client must treat the send as failed (and may resend).
         """
+        target_dir = self._publish_rename(pending, delay_ms, now)
+        try:
+            self._sync_dir(target_dir)
+        except OSError as exc:
+            raise _storage_error("fsync of the directory", exc) from exc
+
+    def _publish_rename(self, pending: PendingMessage, delay_ms: int, now: int | None) -> str:
+        """The rename of :meth:`publish`; returns the directory to fsync."""
         qdir = self.layout.queue_dir(pending.queue)
-        target = os.path.join(qdir, ready_name(pending.message_id, 0))
+        if delay_ms > 0:
+            deadline = (now if now is not None else now_ms()) + delay_ms
+            target_dir = self.layout.delay
+            target = self.layout.delay_path(in_flight_name(deadline, pending.queue, pending.message_id, 0))
+            if not os.path.isdir(qdir):
+                with contextlib.suppress(OSError):
+                    os.unlink(pending.path)
+                raise QueueNotFound(f"queue {pending.queue!r} does not exist", queue=pending.queue)
+        else:
+            target_dir = qdir
+            target = os.path.join(qdir, ready_name(pending.message_id, 0))
         try:
             os.rename(pending.path, target)
         except FileNotFoundError:
@@ -296,21 +512,71 @@ class Store:
             with contextlib.suppress(OSError):
                 os.unlink(pending.path)
             raise _storage_error("rename", exc) from exc
-        try:
-            self._sync_dir(qdir)
-        except OSError as exc:
-            raise _storage_error("fsync of the queue directory", exc) from exc
+        return target_dir
 
-    def send(self, queue: QueueName, body: bytes, content_type: str | None = None) -> MessageId:
+    def send(
+        self,
+        queue: QueueName,
+        body: bytes,
+        content_type: str | None = None,
+        attributes: dict[str, str] | None = None,
+        delay_ms: int = 0,
+    ) -> MessageId:
         """Write, fsync and publish one message; return its id once it is durable.
 
+        Args:
+            queue: The queue.
+            body: The body bytes.
+            content_type: Its Content-Type, or None.
+            attributes: User message attributes (name -> string), already checked.
+            delay_ms: Invisible for this many ms after the send (SQS: DelaySeconds 0-900, here in ms).
         Raises:
             QueueNotFound: No such queue.
             StorageUnavailable: It could not be guaranteed stored.
         """
-        pending = self.write_new(queue, body, content_type)
-        self.publish(pending)
+        pending = self.write_new(queue, body, content_type, attributes)
+        self.publish(pending, delay_ms)
         return pending.message_id
+
+    def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
+        """Send several messages with one group commit; return each entry's id or error, in order.
+
+        Every file is written and fsynced, all are renamed into place, then
+        each target directory (the queue's, and ``delay/`` for delayed
+        entries) is fsynced once. An entry whose step fails gets its error;
+        the others are unaffected, except that a failed directory fsync fails
+        every entry renamed into that directory.
+
+        Raises:
+            QueueNotFound: No such queue (nothing is written).
+        """
+        if not self.queue_exists(queue):
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        results: list[MessageId | MQError] = []
+        written: list[tuple[int, PendingMessage, int]] = []
+        for i, entry in enumerate(entries):
+            try:
+                pending = self.write_new(queue, entry.body, entry.content_type, entry.attributes)
+            except MQError as exc:
+                results.append(exc)
+                continue
+            results.append(pending.message_id)
+            written.append((i, pending, entry.delay_ms))
+        renamed: dict[str, list[int]] = {}
+        now = now_ms()
+        for i, pending, delay_ms in written:
+            try:
+                renamed.setdefault(self._publish_rename(pending, delay_ms, now), []).append(i)
+            except MQError as exc:
+                results[i] = exc
+        for directory, indexes in renamed.items():
+            try:
+                self._sync_dir(directory)
+            except OSError as exc:
+                error = _storage_error("fsync of the directory", exc)
+                for i in indexes:
+                    results[i] = error
+        return results
 
     # -- receive -----------------------------------------------------------
 
@@ -545,6 +811,42 @@ class Store:
 
     # -- helpers -----------------------------------------------------------
 
+    def _read_json(self, path: str) -> dict[str, Any] | None:
+        """A small JSON metadata file as a dict; None if it does not exist or is not a JSON object."""
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        except (OSError, ValueError) as exc:
+            logger.error("unreadable metadata file path=%s error=%s", path, exc)
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _replace_json(self, directory: str, name: str, obj: Any) -> None:
+        """Atomically replace ``directory/name`` with ``obj`` as JSON: write ``.NAME.TOKEN.tmp``, fsync, rename, fsync.
+
+        Raises:
+            QueueNotFound: ``directory`` is gone (its queue was deleted).
+            StorageUnavailable: Any step failed (the temporary file is removed).
+        """
+        tmp = os.path.join(directory, f".{name.lstrip('.')}.{uuid.uuid4().hex}.tmp")
+        try:
+            self._write_file(tmp, _json_bytes(obj))
+        except StorageUnavailable:
+            if not os.path.isdir(directory):
+                raise QueueNotFound(f"{os.path.basename(directory)!r} does not exist") from None
+            raise
+        try:
+            os.rename(tmp, os.path.join(directory, name))
+            self._sync_dir(directory)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _storage_error(f"replacing {name}", exc) from exc
+
     def _sync_dir(self, path: str) -> None:
         if self.fsync:
             self.syncer.sync(path)
@@ -569,6 +871,10 @@ class Store:
 
     def close(self) -> None:
         """Nothing to release today; kept so callers can treat a Store as a resource."""
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _read_all(fd: int) -> bytes:

@@ -274,9 +274,12 @@ class Stack:
         return "\n".join(f"===== {d.name} =====\n{d.log_tail()}" for d in self.daemons())
 
     def files(self, sub: str) -> list[str]:
-        """Sorted names in ``root/sub`` (``new``, ``delay``, ``remove``, ``queues/Q``); [] if missing."""
+        """Sorted names in ``root/sub`` (``new``, ``delay``, ``remove``, ``queues/Q``); [] if missing.
+
+        A queue directory's metadata files (``.attributes``, ``.purge``, ...) are not messages and are left out.
+        """
         try:
-            return sorted(os.listdir(self.root / sub))
+            return sorted(n for n in os.listdir(self.root / sub) if not n.startswith("."))
         except FileNotFoundError:
             return []
 

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import json
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -60,8 +61,13 @@ def store(tmp_path: Path) -> Store:
 
 
 def ls(store: Store, sub: str) -> list[str]:
-    """Sorted names in ``ROOT/<sub>``."""
-    return sorted(os.listdir(os.path.join(store.layout.root, sub)))
+    """Sorted names in ``ROOT/<sub>``, without a queue directory's metadata files (``.attributes``, ...)."""
+    return sorted(n for n in os.listdir(os.path.join(store.layout.root, sub)) if not n.startswith("."))
+
+
+def messages_in(path: str | os.PathLike[str]) -> list[str]:
+    """Sorted names in a queue directory, without its metadata files (``.attributes``, ``.purge``, ...)."""
+    return sorted(n for n in os.listdir(path) if not n.startswith("."))
 
 
 def read(path: str | os.PathLike[str]) -> tuple[dict, bytes]:
@@ -175,7 +181,7 @@ def test_decode_of_arbitrary_bytes_raises_only_corrupt_message(data: bytes) -> N
 
 def test_store_creates_the_tree_on_a_new_root(tmp_path: Path) -> None:
     s = Store(tmp_path / "a" / "b")
-    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["delay", "new", "queues", "remove"]
+    assert sorted(os.listdir(tmp_path / "a" / "b")) == ["attempts", "delay", "new", "queues", "remove"]
     assert s.list_queues() == []
     Store(tmp_path / "a" / "b")  # an existing root is fine
 
@@ -390,7 +396,7 @@ def test_redeliver_into_a_deleted_queue_is_orphaned(store: Store) -> None:
     mid = store.send(Q, b"x")
     store.lease(Q, ready_name(mid, 0), VT_MS)
     [item] = store.scan_in_flight()
-    os.rmdir(store.layout.queue_dir(Q))  # another process deleted the queue
+    shutil.rmtree(store.layout.queue_dir(Q))  # another process deleted the queue
     assert store.redeliver(item) == "orphaned"
     assert ls(store, "remove") == [removed_name(Q, mid)]
     assert ls(store, "delay") == []
@@ -523,7 +529,7 @@ def test_delete_queue_moves_the_directory_and_its_in_flight_files(store: Store) 
     assert removed_name(Q, leased.message_id) in removed
     [queue_dir] = [n for n in removed if n.endswith(".queue")]
     assert REMOVED_QUEUE_RE.fullmatch(queue_dir)
-    assert sorted(os.listdir(store.layout.remove_path(queue_dir))) == [ready_name(m, 0) for m in ready[1:]]
+    assert messages_in(store.layout.remove_path(queue_dir)) == [ready_name(m, 0) for m in ready[1:]]
     assert len(removed) == 2
     assert sorted(ls(store, "delay")) == sorted([newer_name, other_lease.in_flight_name])
     with pytest.raises(QueueNotFound):
@@ -629,7 +635,7 @@ def check_leased_exactly_once(root: Path, sent: dict[MessageId, bytes], leased: 
     assert set(counts) == set(sent)
     for mid, body in leased:
         assert body == sent[mid]
-    assert os.listdir(root / "queues" / Q) == []
+    assert messages_in(root / "queues" / Q) == []
     delay = os.listdir(root / "delay")
     assert len(delay) == len(sent)
     assert {parse_in_flight_name(n).message_id for n in delay} == set(sent)
@@ -772,7 +778,7 @@ def test_write_new_on_a_full_filesystem_leaves_no_partial_file(tiny_fs: Path) ->
     assert info.value.retriable
     assert info.value.details["errno"] == "ENOSPC"
     assert os.listdir(s.layout.new) == []
-    assert os.listdir(s.layout.queue_dir(Q)) == []
+    assert messages_in(s.layout.queue_dir(Q)) == []
     # The space was given back: a message that fits is stored.
     mid = s.send(Q, b"fits")
     assert s.lease(Q, ready_name(mid, 0), VT_MS).body == b"fits"
