@@ -14,7 +14,14 @@ comes from wrk (Debian package ``wrk``) driven by the Lua scripts in
 4. send->receive->delete cycles/s at one client on a queue held at 100
    messages, then on one held at 100,000 (``--depth``), prefilled with wrk POSTs;
 5. the drain of that deep queue to empty with receive+delete at 16 clients,
-   with the rate of each tenth of the drain.
+   with the rate of each tenth of the drain;
+6. batches (issue 3), in the same run as the single-message figures: batch
+   sends (``POST /<queue>/messages/batch``, ``--batch-size`` messages of 1 KiB
+   each, bodies base64 in JSON) at 1, 16 and 64 clients right after the single
+   sends, and batch receive+delete (``GET /<queue>/messages?max_messages=N``,
+   then ``POST /<queue>/messages/delete`` with the receipt handles) at 1 and 16
+   clients right after the single receive+delete. Both are reported in
+   messages/s next to the single-message figures (``batches_summary``).
 
 It prints ONE JSON object on stdout (also saved in ``bench/results/``) with
 all figures, the machine, and the bars: sends at 64 clients / disk loop at 64
@@ -23,6 +30,7 @@ stderr. Usage, from the repository root::
 
     .venv/bin/python bench/run.py                 # full run, about 6 minutes
     .venv/bin/python bench/run.py --quick         # 3 s steps, 10,000-deep queue
+    .venv/bin/python bench/run.py --steps sends,batch_sends,receive,batch_receive   # batches vs single
     .venv/bin/python bench/run.py --url http://127.0.0.1:8080 --root /var/lib/mq
 
 CI does not run the benchmark. wrk is installed with ``apt-get install -y wrk``
@@ -70,7 +78,9 @@ READY_MQ = re.compile(r"mq listening on (http://[0-9.]+:[0-9]+)")
 READY_MOVER = "mq-mover ready"
 READY_REAPER = "mq-reaper ready"
 #: Steps of a run, in order.
-STEPS = ("disk", "sends", "receive", "cycles", "drain")
+STEPS = ("disk", "sends", "batch_sends", "receive", "batch_receive", "cycles", "drain")
+#: Messages per batch request (SQS's limit and mq's default --max-batch-messages).
+BATCH_SIZE = 10
 #: Bars set by issue 2.
 BAR_SENDS_OVER_DISK = 1.0
 BAR_DEEP_OVER_SHALLOW = 0.8
@@ -312,15 +322,24 @@ class Wrk:
         ]
 
     def start(
-        self, script: str, *, clients: int, threads: int | None, queue: str, quota: int = 0
+        self, script: str, *, clients: int, threads: int | None, queue: str, quota: int = 0, batch: int = BATCH_SIZE
     ) -> subprocess.Popen[str]:
         """Start wrk for a long run (24 h); stop it with :meth:`finish`."""
-        return self._popen(script, clients, threads, queue, quota, "24h")
+        return self._popen(script, clients, threads, queue, quota, "24h", batch)
 
-    def run(self, script: str, *, clients: int, threads: int | None, queue: str, duration_s: float) -> WrkRun:
+    def run(
+        self,
+        script: str,
+        *,
+        clients: int,
+        threads: int | None,
+        queue: str,
+        duration_s: float,
+        batch: int = BATCH_SIZE,
+    ) -> WrkRun:
         """Run wrk for ``duration_s`` seconds (rounded up to whole seconds) and return its report."""
         seconds = max(1, math.ceil(duration_s))
-        proc = self._popen(script, clients, threads, queue, 0, f"{seconds}s")
+        proc = self._popen(script, clients, threads, queue, 0, f"{seconds}s", batch)
         try:
             out, err = proc.communicate(timeout=seconds + 120)
         except subprocess.TimeoutExpired:
@@ -341,7 +360,7 @@ class Wrk:
         return self._parse(proc, out, err)
 
     def _popen(
-        self, script: str, clients: int, threads: int | None, queue: str, quota: int, duration: str
+        self, script: str, clients: int, threads: int | None, queue: str, quota: int, duration: str, batch: int
     ) -> subprocess.Popen[str]:
         threads = clients if threads is None else min(threads, clients)
         env = dict(
@@ -350,6 +369,7 @@ class Wrk:
             MQB_BODY_BYTES=str(BODY_BYTES),
             MQB_QUOTA=str(quota),
             MQB_THREADS=str(threads),
+            MQB_BATCH=str(batch),
         )
         cmd = self._cmd(script, clients, threads, duration)
         self._n += 1
@@ -532,6 +552,9 @@ class Config:
     drain: bool
     prefill_clients: int
     drain_timeout_s: float
+    batch_size: int = BATCH_SIZE
+    batch_send_clients: list[int] = field(default_factory=lambda: [1, 16, 64])
+    batch_recv_clients: list[int] = field(default_factory=lambda: [1, 16])
 
 
 class Bench:
@@ -582,11 +605,13 @@ class Bench:
             )
         return res
 
-    def prefill(self, queue: str, target: int, *, what: str) -> dict[str, Any]:
+    def prefill(self, queue: str, target: int, *, what: str, batch: bool = False) -> dict[str, Any]:
         """Bring ``queue`` to at least ``target`` ready messages with POSTs; return how long it took.
 
         Large fills use wrk (``prefill_clients`` connections, one per thread,
-        each stopping after its exact share); small ones a plain loop.
+        each stopping after its exact share; with ``batch``, batch sends of
+        ``batch_size`` messages, so a thread may overshoot its share by up to
+        ``batch_size - 1``); small ones a plain loop of single sends.
         """
         have = self.api.depth(queue)
         missing = target - have
@@ -599,8 +624,16 @@ class Bench:
             for _ in range(missing):
                 self.api.send(queue, body)
         else:
-            clients = min(self.cfg.prefill_clients, missing)
-            proc = self.wrk.start("post.lua", clients=clients, threads=clients, queue=queue, quota=missing)
+            per_request = self.cfg.batch_size if batch else 1
+            clients = min(self.cfg.prefill_clients, math.ceil(missing / per_request))
+            proc = self.wrk.start(
+                "post_batch.lua" if batch else "post.lua",
+                clients=clients,
+                threads=clients,
+                queue=queue,
+                quota=missing,
+                batch=self.cfg.batch_size,
+            )
             last_depth, stalled_since = have, time.monotonic()
             report_t, report_depth = t0, have
             try:
@@ -624,7 +657,7 @@ class Bench:
                     last_depth = depth
             finally:
                 run = self.wrk.finish(proc)
-            if run.statuses().get("post_201", 0) < missing:
+            if run.counts.get("sent", 0) < missing:
                 log(f"  warning: wrk saw {run.statuses()} during prefill")
         depth = self.api.depth(queue)
         seconds = time.monotonic() - t0
@@ -673,6 +706,119 @@ class Bench:
             log(
                 f"  {res[f'clients_{clients}']['cycles_per_s']} receive+delete/s, p50 {run.latency_ms()['p50']} ms "
                 f"per request"
+            )
+        return res
+
+    def batch_sends(self, sends: dict[str, Any]) -> dict[str, Any]:
+        """Batch sends: messages/s at each client count (wrk POST /<q>/messages/batch, 2 threads at most).
+
+        ``sends`` (the single-send results of the same run) gives each row its
+        single-message rate and the ratio.
+        """
+        res: dict[str, Any] = {}
+        size = self.cfg.batch_size
+        for clients in self.cfg.batch_send_clients:
+            log(f"batch sends: {clients} client(s), {size} messages per request, for {self.cfg.duration_s:g} s")
+            meter = self._meter()
+            run = self.wrk.run(
+                "post_batch.lua",
+                clients=clients,
+                threads=2,
+                queue=self.q["batch"],
+                duration_s=self.cfg.duration_s,
+                batch=size,
+            )
+            sent = run.counts.get("sent", 0)
+            cpu = self._cpu(meter, run.counts.get("batches", 0))
+            if "mq_cpu_pct" in cpu and sent:
+                cpu["mq_cpu_ms_per_message"] = round(cpu["mq_cpu_pct"] / 100 * cpu["wall_s"] * 1000 / sent, 3)
+            self._alive()
+            single = sends.get(f"clients_{clients}", {}).get("sends_per_s")
+            row = {
+                "messages_per_s": round(run.rate("sent"), 1),
+                "requests_per_s": round(run.rate("batches"), 1),
+                "messages_per_request": size,
+                "single_sends_per_s": single,
+                "batch_over_single": _ratio(run.rate("sent"), single or 0.0),
+                "latency_ms": run.latency_ms(),
+                "sent": sent,
+                "failed_entries": run.counts.get("failed_entries", 0),
+                "duration_s": round(run.duration_s, 3),
+                "statuses": run.statuses(),
+                "socket_errors": run.errors,
+                "cpu": cpu,
+            }
+            res[f"clients_{clients}"] = row
+            log(
+                f"  {row['messages_per_s']} messages/s ({row['requests_per_s']} batches/s; single: {single}), "
+                f"p50 {row['latency_ms']['p50']} ms, p99 {row['latency_ms']['p99']} ms per request"
+            )
+        return res
+
+    def batch_receive_delete(self, batch_sends: dict[str, Any], single: dict[str, Any]) -> dict[str, Any]:
+        """Batch receive + batch delete: messages/s at each client count.
+
+        One wrk connection per thread alternates ``GET /<q>/messages?max_messages=N``
+        and ``POST /<q>/messages/delete`` with the receipt handles it got. The
+        queue is topped up first (with batch sends) so it cannot run dry; a run
+        that saw empty receives is repeated once on a fuller queue. ``single``
+        (the single receive+delete results of the same run) gives the ratio.
+        """
+        res: dict[str, Any] = {}
+        queue = self.q["batch"]
+        size = self.cfg.batch_size
+        for clients in self.cfg.batch_recv_clients:
+            ref = max(
+                (v["messages_per_s"] for k, v in batch_sends.items() if int(k.split("_")[1]) >= clients),
+                default=5000,
+            )
+            need = max(5000, int(2 * ref * self.cfg.duration_s) + 500)
+            for attempt in (1, 2):
+                self.prefill(queue, need, what=f"batch receive+delete at {clients}", batch=True)
+                log(f"batch receive+delete: {clients} client(s), up to {size} per receive, {self.cfg.duration_s:g} s")
+                meter = self._meter()
+                run = self.wrk.run(
+                    "recv_delete_batch.lua",
+                    clients=clients,
+                    threads=None,
+                    queue=queue,
+                    duration_s=self.cfg.duration_s,
+                    batch=size,
+                )
+                cycles = run.counts.get("cycles", 0)
+                cpu = self._cpu(meter, run.counts.get("receives", 0) + run.counts.get("deletes", 0))
+                if "mq_cpu_pct" in cpu and cycles:
+                    cpu["mq_cpu_ms_per_message"] = round(cpu["mq_cpu_pct"] / 100 * cpu["wall_s"] * 1000 / cycles, 3)
+                self._alive()
+                empty = run.counts.get("empty", 0)
+                if empty == 0 or attempt == 2:
+                    break
+                need = max(need, 3 * run.counts.get("received", 0) + 5000)
+                log(f"  queue ran dry ({empty} empty receives): topping up to {need:,} and running again")
+            single_rate = single.get(f"clients_{clients}", {}).get("cycles_per_s")
+            receives = run.counts.get("receives", 0)
+            row = {
+                "messages_per_s": round(run.rate("cycles"), 1),
+                "requests_per_s": round(run.requests / run.duration_s, 1) if run.duration_s else 0.0,
+                "single_receive_delete_per_s": single_rate,
+                "batch_over_single": _ratio(run.rate("cycles"), single_rate or 0.0),
+                "messages_per_receive": round(run.counts.get("received", 0) / receives, 2) if receives else None,
+                "latency_ms": run.latency_ms(),
+                "latency_by_method_ms": run.latency_by_method_ms(),
+                "messages": cycles,
+                "received": run.counts.get("received", 0),
+                "empty_receives": empty,
+                "short_batches": run.counts.get("short_batches", 0),
+                "failed_entries": run.counts.get("failed_entries", 0),
+                "duration_s": round(run.duration_s, 3),
+                "statuses": run.statuses(),
+                "socket_errors": run.errors,
+                "cpu": cpu,
+            }
+            res[f"clients_{clients}"] = row
+            log(
+                f"  {row['messages_per_s']} messages/s received+deleted (single: {single_rate}), "
+                f"{row['messages_per_receive']} per receive"
             )
         return res
 
@@ -824,6 +970,26 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
+def _batches_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """Messages/s of single and batch requests side by side, per client count (same run)."""
+    out: dict[str, Any] = {}
+    pairs = (
+        ("sends", "sends", "sends_per_s", "batch_sends"),
+        ("receive_delete", "receive_delete", "cycles_per_s", "batch_receive_delete"),
+    )
+    for label, single_key, single_field, batch_key in pairs:
+        single, batch = result.get(single_key, {}), result.get(batch_key, {})
+        rows = {}
+        for key in sorted(set(single) | set(batch), key=lambda k: int(k.split("_")[1])):
+            s = single.get(key, {}).get(single_field)
+            b = batch.get(key, {}).get("messages_per_s")
+            ratio = _ratio(b, s) if b is not None and s else None
+            rows[key] = {"single_msgs_per_s": s, "batch_msgs_per_s": b, "batch_over_single": ratio}
+        if rows:
+            out[label] = rows
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="mq benchmark (issue 2): prints one JSON object on stdout.")
     p.add_argument("--url", help="measure this running mq (e.g. http://127.0.0.1:8080) instead of starting one")
@@ -849,6 +1015,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--drain-clients", type=int, default=16, help="receive+delete clients for the drain (default 16)")
     p.add_argument("--drain-timeout", type=float, default=1800, help="give up draining after this many seconds")
     p.add_argument("--prefill-clients", type=int, default=64, help="wrk connections for prefills (default 64)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=BATCH_SIZE,
+        help=f"messages per batch send / batch receive (default {BATCH_SIZE}; at most mq --max-batch-messages)",
+    )
     p.add_argument("--keep-root", action="store_true", help="leave the bench root in place afterwards")
     p.add_argument("--no-install", action="store_true", help="never apt-get install wrk")
     p.add_argument("--output", help="also write the JSON here (default bench/results/<time>.json)")
@@ -878,7 +1050,12 @@ def main(argv: list[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
     log_dir = REPO_DIR / "var" / "bench-logs" / f"{started:%Y%m%dT%H%M%SZ}"
     tag = "" if own_server else f"-{os.getpid()}"
-    queues = {"send": f"bench-send{tag}", "shallow": f"bench-shallow{tag}", "deep": f"bench-deep{tag}"}
+    queues = {
+        "send": f"bench-send{tag}",
+        "batch": f"bench-batch{tag}",
+        "shallow": f"bench-shallow{tag}",
+        "deep": f"bench-deep{tag}",
+    }
     cfg = Config(
         duration_s=args.duration,
         depth=args.depth,
@@ -890,6 +1067,7 @@ def main(argv: list[str] | None = None) -> int:
         drain=not args.no_drain,
         prefill_clients=args.prefill_clients,
         drain_timeout_s=args.drain_timeout,
+        batch_size=args.batch_size,
     )
     result: dict[str, Any] = {
         "benchmark": "mq issue 2",
@@ -900,6 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": {
             "steps": sorted(steps, key=STEPS.index),
             "body_bytes": BODY_BYTES,
+            "batch_size": cfg.batch_size,
             "duration_s": cfg.duration_s,
             "deep_depth": cfg.depth,
             "shallow_depth": cfg.shallow_depth,
@@ -907,7 +1086,8 @@ def main(argv: list[str] | None = None) -> int:
             "mq_workers": args.workers if args.workers is not None else "mq default",
             "mq_extra_args": args.mq_arg,
             "root": str(root),
-            "load_generator": "wrk + bench/lua (sends: 2 threads; receive/cycles: one connection per thread)",
+            "load_generator": "wrk + bench/lua (sends and batch sends: 2 threads; receive/cycles/batch receive: "
+            "one connection per thread)",
         },
     }
     daemons: Daemons | None = None
@@ -946,8 +1126,14 @@ def main(argv: list[str] | None = None) -> int:
                 again["cpu"] = meter.stop()
                 dl[f"threads_{threads}_after_sends"] = again
                 log(f"  {again['msgs_per_s']} msgs/s")
+        if "batch_sends" in steps:
+            result["batch_sends"] = bench.batch_sends(result.get("sends", {}))
         if "receive" in steps:
             result["receive_delete"] = bench.receive_delete(result.get("sends", {}))
+        if "batch_receive" in steps:
+            result["batch_receive_delete"] = bench.batch_receive_delete(
+                result.get("batch_sends", {}), result.get("receive_delete", {})
+            )
         if "cycles" in steps:
             result["cycles"] = {"shallow": bench.cycles(queues["shallow"], cfg.shallow_depth, "shallow")}
             result["cycles"]["deep"] = bench.cycles(queues["deep"], cfg.depth, "deep")
@@ -1001,6 +1187,7 @@ def main(argv: list[str] | None = None) -> int:
             "note": "the issue asks that the drain keep its rate; no number set",
         },
     }
+    result["batches_summary"] = _batches_summary(result)
     result["loadavg_at_end"] = _loadavg()
     result["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     text = json.dumps(result, indent=2)

@@ -86,6 +86,45 @@ function M.body()
   return string.sub(string.rep(pattern, reps), 1, n)
 end
 
+-- Messages per batch request (MQB_BATCH, default 10: SQS's and mq's limit).
+M.batch = tonumber(M.env("MQB_BATCH", "10"))
+
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+-- Standard base64 (RFC 4648, with padding) of a Lua string.
+function M.base64(data)
+  local out = {}
+  for i = 1, #data, 3 do
+    local a, b, c = string.byte(data, i, i + 2)
+    local n = a * 65536 + (b or 0) * 256 + (c or 0)
+    local c1 = math.floor(n / 262144) % 64
+    local c2 = math.floor(n / 4096) % 64
+    local c3 = math.floor(n / 64) % 64
+    local c4 = n % 64
+    out[#out + 1] = string.sub(B64, c1 + 1, c1 + 1) .. string.sub(B64, c2 + 1, c2 + 1)
+      .. (b and string.sub(B64, c3 + 1, c3 + 1) or "=") .. (c and string.sub(B64, c4 + 1, c4 + 1) or "=")
+  end
+  return table.concat(out)
+end
+
+-- JSON string literal of a string made of printable ASCII (escapes " and \ only).
+function M.json_string(s)
+  return '"' .. string.gsub(s, '["\\]', "\\%0") .. '"'
+end
+
+-- Number of times a literal substring occurs in text.
+function M.occurrences(text, needle)
+  local n, from = 0, 1
+  while true do
+    local i = string.find(text, needle, from, true)
+    if i == nil then
+      return n
+    end
+    n = n + 1
+    from = i + #needle
+  end
+end
+
 -- Main state: remember each thread; give it its index (1-based) and its share
 -- of MQB_QUOTA (total number of successful requests wanted; 0 = unlimited).
 function M.setup(thread)
