@@ -591,25 +591,91 @@ class Store:
         except FileNotFoundError:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue) from None
 
+    def policy(self, queue: QueueName, now: int | None = None) -> LeasePolicy:
+        """The :class:`LeasePolicy` of ``queue`` from its ``.attributes`` and ``.purge`` files (two small reads).
+
+        A queue that no longer exists gets the empty policy.
+        """
+        try:
+            attrs = effective(self.get_attributes(queue), QueueAttributes())
+        except QueueNotFound:
+            return LeasePolicy()
+        return LeasePolicy(
+            max_receive_count=attrs.max_receive_count,
+            dead_letter_queue=attrs.dead_letter_queue,
+            retention_ms=attrs.retention_seconds * 1000,
+            purged_before=self.purged_before(queue),
+        )
+
+    def purged_before(self, queue: QueueName) -> MessageId | None:
+        """The id up to which ``queue`` was purged (its ``.purge`` marker), or None."""
+        data = self._read_json(self.layout.purge_path(queue))
+        if data is None:
+            return None
+        try:
+            return check_message_id(data.get("purged_before_id"))  # type: ignore[arg-type]
+        except ValueError:
+            logger.error("ignoring malformed purge marker queue=%s", queue)
+            return None
+
     def lease(
-        self, queue: QueueName, filename: str, visibility_timeout_ms: int, now: int | None = None
+        self,
+        queue: QueueName,
+        filename: str,
+        visibility_timeout_ms: int,
+        now: int | None = None,
+        policy: LeasePolicy | None = None,
     ) -> ReceivedMessage | None:
         """Receive: rename ready ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC+1`` and read it.
+
+        With a ``policy``, a message that was purged or outlived the retention
+        period is moved to ``remove/``, and one already received
+        ``max_receive_count`` times is moved to the dead-letter queue
+        (``queues/DLQ/ID.RC``), instead of being delivered.
+
+        On a first receive (RC 0) the file's mtime is set to the receive time:
+        it is the message's ApproximateFirstReceiveTimestamp from then on.
 
         Args:
             queue: The queue.
             filename: A ready file name ``ID.RC`` (from the index).
             visibility_timeout_ms: How long the message stays invisible, in ms.
             now: Current epoch ms (defaults to the wall clock).
+            policy: Dead-letter, retention and purge rules of the queue.
         Returns:
             The message, or None if the file was gone (another consumer or a
-            delete got it first) or unreadable (moved to ``remove/`` if torn).
+            delete got it first), unreadable (moved to ``remove/`` if torn),
+            or removed or dead-lettered by the policy.
         """
         parsed = parse_ready_name(filename)
         if parsed is None:
             return None
         message_id, count = parsed
         src = os.path.join(self.layout.queue_dir(queue), filename)
+        return self._take(queue, src, message_id, count, visibility_timeout_ms, now, policy)
+
+    def _take(
+        self,
+        queue: QueueName,
+        src: str,
+        message_id: MessageId,
+        count: int,
+        visibility_timeout_ms: int,
+        now: int | None,
+        policy: LeasePolicy | None,
+    ) -> ReceivedMessage | None:
+        """Lease the file at ``src`` (ready, or in flight for a re-let) as receive number ``count + 1``."""
+        now = now if now is not None else now_ms()
+        if policy is not None:
+            if policy.is_gone(message_id, now):
+                self._move_to_remove(src, removed_name(queue, message_id))
+                return None
+            dead_letter_queue = policy.dead_letter_for(count)
+            if dead_letter_queue is not None and self._dead_letter_path(src, dead_letter_queue, message_id, count):
+                logger.info(
+                    "dead-lettered queue=%s id=%s receives=%d dlq=%s", queue, message_id, count, dead_letter_queue
+                )
+                return None
         try:
             fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -617,15 +683,22 @@ class Store:
         except OSError as exc:
             raise _storage_error("open for receive", exc) from exc
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                logger.warning("ignoring foreign entry in queue=%s name=%s (not a file)", queue, filename)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                logger.warning("ignoring foreign entry in queue=%s path=%s (not a file)", queue, src)
                 return None
-            deadline = (now if now is not None else now_ms()) + visibility_timeout_ms
+            deadline = now + visibility_timeout_ms
             leased = in_flight_name(deadline, queue, message_id, count + 1)
             try:
                 os.rename(src, self.layout.delay_path(leased))
             except FileNotFoundError:
                 return None
+            if count == 0:
+                first_receive_ms = now
+                with contextlib.suppress(OSError):
+                    os.utime(fd, ns=(now * 1_000_000, now * 1_000_000))
+            else:
+                first_receive_ms = st.st_mtime_ns // 1_000_000
             data = _read_all(fd)
         except OSError as exc:
             raise _storage_error("receive", exc) from exc
@@ -637,6 +710,7 @@ class Store:
             logger.error("corrupt message file removed queue=%s id=%s error=%s", queue, message_id, exc)
             self._move_to_remove(self.layout.delay_path(leased), removed_name(queue, message_id))
             return None
+        source = header.get("queue")
         return ReceivedMessage(
             queue=queue,
             message_id=message_id,
@@ -645,7 +719,293 @@ class Store:
             receive_count=count + 1,
             deadline_ms=deadline,
             in_flight_name=leased,
+            attributes=model.header_attributes(header),
+            first_receive_ms=first_receive_ms,
+            source_queue=source if isinstance(source, str) else None,
         )
+
+    def _dead_letter_path(self, src: str, dead_letter_queue: QueueName, message_id: MessageId, count: int) -> bool:
+        """Rename ``src`` to ``queues/DLQ/ID.RC``; False if ``src`` is gone or the dead-letter queue does not exist."""
+        target = os.path.join(self.layout.queue_dir(dead_letter_queue), ready_name(message_id, count))
+        try:
+            os.rename(src, target)
+            return True
+        except FileNotFoundError:
+            if os.path.lexists(src):
+                logger.warning("dead-letter queue %s does not exist; message %s stays", dead_letter_queue, message_id)
+            return False
+        except OSError as exc:
+            raise _storage_error("rename into the dead-letter queue", exc) from exc
+
+    def dead_letter(self, item: InFlightName, dead_letter_queue: QueueName) -> bool:
+        """Dead-letter a due in-flight message: ``delay/DL.Q.ID.RC`` -> ``queues/DLQ/ID.RC`` (mq-mover).
+
+        The id (so the send time, from which retention counts, as SQS) and the
+        receive count are kept.
+
+        Returns:
+            False if the file had left ``delay/`` or the dead-letter queue does not exist.
+        """
+        return self._dead_letter_path(
+            self.layout.delay_path(item.filename), dead_letter_queue, item.message_id, item.receive_count
+        )
+
+    # -- receipt handles ---------------------------------------------------
+
+    def _handle(self, queue: QueueName, handle: str) -> InFlightName:
+        parsed = parse_receipt_handle(handle)
+        if parsed.queue != queue:
+            raise InvalidReceiptHandle(
+                f"receipt handle belongs to queue {parsed.queue!r}, not {queue!r}", receipt_handle=handle
+            )
+        return parsed
+
+    def find_lease(self, queue: QueueName, handle: str, hint: str | None = None) -> str | None:
+        """The current ``delay/`` name of the lease ``handle`` made, or None if that lease is over.
+
+        Tries the handle itself (no change of visibility since), then ``hint``
+        (a name remembered by the caller), then lists ``delay/``.
+
+        Raises:
+            InvalidReceiptHandle: Malformed, or of another queue.
+        """
+        parsed = self._handle(queue, handle)
+        for name in (handle, hint):
+            if name and os.path.lexists(self.layout.delay_path(name)):
+                return name
+        return self._search_lease(parsed)
+
+    def _search_lease(self, parsed: InFlightName) -> str | None:
+        suffix = f".{parsed.queue}.{parsed.message_id}.{parsed.receive_count}"
+        for name in self._listdir(self.layout.delay):
+            if name.endswith(suffix) and parse_in_flight_name(name) is not None:
+                return name
+        return None
+
+    def _candidates(self, handle: str, hint: str | None) -> list[str]:
+        return [handle] if not hint or hint == handle else [handle, hint]
+
+    def change_visibility(
+        self,
+        queue: QueueName,
+        handle: str,
+        visibility_timeout_ms: int,
+        now: int | None = None,
+        hint: str | None = None,
+    ) -> str:
+        """Extend, shorten or end the lease ``handle`` made (SQS: ChangeMessageVisibility).
+
+        The new deadline counts from ``now``. The rename of the lease's
+        current ``delay/`` file is the compare-and-swap: if mq-mover
+        redelivered it first, the rename fails and nothing changes.
+
+        Args:
+            queue: The queue (must be the handle's).
+            handle: Receipt handle from a receive.
+            visibility_timeout_ms: New timeout from now, in ms; 0 makes the
+                message ready at once (renamed straight back into its queue).
+            now: Current epoch ms.
+            hint: The lease's current ``delay/`` name if the caller remembers it.
+        Returns:
+            The lease's new ``delay/`` name (usable as the handle from now on;
+            the old one keeps working); for a release, ``handle`` unchanged.
+        Raises:
+            InvalidReceiptHandle: Malformed, or of another queue.
+            MessageNotInFlight: The lease expired and the message is ready again, not yet received.
+            StaleReceiptHandle: The message was received again since.
+            MessageNotFound: The message is gone (deleted, dead-lettered, purged, expired).
+            QueueNotFound: The queue was deleted.
+        """
+        parsed = self._handle(queue, handle)
+        now = now if now is not None else now_ms()
+        if visibility_timeout_ms > 0:
+            new_name = in_flight_name(now + visibility_timeout_ms, queue, parsed.message_id, parsed.receive_count)
+            target = self.layout.delay_path(new_name)
+        else:
+            new_name = handle
+            target = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
+        names = self._candidates(handle, hint)
+        for attempt in range(2):
+            for name in names:
+                try:
+                    os.rename(self.layout.delay_path(name), target)
+                    return new_name
+                except FileNotFoundError:
+                    if os.path.lexists(self.layout.delay_path(name)):
+                        raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue) from None
+                except OSError as exc:
+                    raise _storage_error("rename for change of visibility", exc) from exc
+            found = self._search_lease(parsed) if attempt == 0 else None
+            if found is None:
+                break
+            names = [found]
+        self._raise_lease_over(parsed, in_flight_ok=False)
+        raise AssertionError("unreachable")
+
+    def delete_by_handle(self, queue: QueueName, handle: str, hint: str | None = None) -> str:
+        """Delete the message ``handle`` received, only if no later receive took it (SQS: DeleteMessage).
+
+        Tries the lease's ``delay/`` file (the handle, ``hint``, then a listing
+        of ``delay/``), then ``queues/Q/ID.RC`` with the handle's receive count
+        (the lease expired but nobody received the message since, so this
+        handle is still the latest). ``remove/`` is fsynced before returning.
+
+        Returns:
+            ``"in_flight"`` or ``"ready"``: where the message was.
+        Raises:
+            InvalidReceiptHandle: Malformed, or of another queue.
+            StaleReceiptHandle: The message was received again since (the newer lease is untouched).
+            MessageNotFound: The message is gone.
+            QueueNotFound: The queue was deleted.
+        """
+        parsed = self._handle(queue, handle)
+        target = removed_name(queue, parsed.message_id)
+        where = None
+        for name in self._candidates(handle, hint):
+            if self._move_to_remove(self.layout.delay_path(name), target):
+                where = "in_flight"
+                break
+        if where is None:
+            found = self._search_lease(parsed)
+            if found is not None and self._move_to_remove(self.layout.delay_path(found), target):
+                where = "in_flight"
+        if where is None:
+            ready = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
+            if self._move_to_remove(ready, target):
+                where = "ready"
+        if where is None:
+            self._raise_lease_over(parsed, in_flight_ok=True)
+        try:
+            self._sync_dir(self.layout.remove)
+        except OSError as exc:
+            raise _storage_error("fsync of remove/", exc) from exc
+        return where  # type: ignore[return-value]
+
+    def _raise_lease_over(self, parsed: InFlightName, *, in_flight_ok: bool) -> None:
+        """Raise the error that says why the lease of ``parsed`` cannot be acted on."""
+        queue, message_id, count = parsed.queue, parsed.message_id, parsed.receive_count
+        qdir = self.layout.queue_dir(queue)
+        if not in_flight_ok and os.path.lexists(os.path.join(qdir, ready_name(message_id, count))):
+            raise MessageNotInFlight(
+                f"message {message_id} is not in flight: its visibility timeout expired and it is ready again",
+                queue=queue,
+                message_id=message_id,
+            )
+        later = 0
+        infix = f".{queue}.{message_id}."
+        for name in self._listdir(self.layout.delay):
+            if infix in name:
+                item = parse_in_flight_name(name)
+                if item is not None and item.queue == queue and item.message_id == message_id:
+                    later = max(later, item.receive_count)
+        if later <= count:
+            prefix = f"{message_id}."
+            for name in self._listdir(qdir):
+                if name.startswith(prefix):
+                    ready = parse_ready_name(name)
+                    if ready is not None:
+                        later = max(later, ready[1])
+        if later > count:
+            raise StaleReceiptHandle(
+                f"message {message_id} was received again since this receipt handle was issued "
+                f"(receive {later} > {count})",
+                queue=queue,
+                message_id=message_id,
+                receive_count=later,
+            )
+        if not self.queue_exists(queue):
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        raise MessageNotFound(
+            f"message {message_id} is no longer in queue {queue!r} (deleted, dead-lettered, purged or expired)",
+            queue=queue,
+            message_id=message_id,
+        )
+
+    def relet(
+        self,
+        queue: QueueName,
+        handle: str,
+        visibility_timeout_ms: int,
+        now: int | None = None,
+        policy: LeasePolicy | None = None,
+        hint: str | None = None,
+    ) -> ReceivedMessage | None:
+        """Receive again the message an earlier receive got (a retried receive request attempt).
+
+        The message is taken from its lease's ``delay/`` file, or from
+        ``queues/Q/ID.RC`` if that lease expired and nobody received it
+        since, and leased afresh (receive count + 1, a new handle).
+
+        Returns:
+            The message, or None if it is gone or was received by someone else since.
+        Raises:
+            InvalidReceiptHandle: Malformed, or of another queue.
+        """
+        parsed = self._handle(queue, handle)
+        current = self.find_lease(queue, handle, hint)
+        if current is not None:
+            src = self.layout.delay_path(current)
+        else:
+            src = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
+        return self._take(queue, src, parsed.message_id, parsed.receive_count, visibility_timeout_ms, now, policy)
+
+    # -- receive request attempts --------------------------------------------
+
+    @staticmethod
+    def _attempt_hash(attempt_id: str) -> str:
+        return hashlib.sha256(attempt_id.encode()).hexdigest()
+
+    def load_attempt(self, queue: QueueName, attempt_id: str, now: int | None = None) -> list[str] | None:
+        """Receipt handles recorded for ``attempt_id`` on ``queue`` within the last 5 minutes, or None.
+
+        SQS: ReceiveRequestAttemptId is remembered for 5 minutes.
+        """
+        data = self._read_json(self.layout.attempt_path(queue, self._attempt_hash(attempt_id)))
+        if data is None or data.get("attempt_id") != attempt_id:
+            return None
+        created = data.get("created_ms")
+        handles = data.get("handles")
+        now = now if now is not None else now_ms()
+        if not isinstance(created, int) or now - created >= ATTEMPT_WINDOW_MS or not isinstance(handles, list):
+            return None
+        return [h for h in handles if isinstance(h, str)]
+
+    def attempt_created_ms(self, queue: QueueName, attempt_id: str) -> int | None:
+        """When ``attempt_id`` was first recorded on ``queue`` (epoch ms), or None."""
+        data = self._read_json(self.layout.attempt_path(queue, self._attempt_hash(attempt_id)))
+        created = data.get("created_ms") if data else None
+        return created if isinstance(created, int) else None
+
+    def save_attempt(
+        self,
+        queue: QueueName,
+        attempt_id: str,
+        handles: list[str],
+        now: int | None = None,
+        created_ms: int | None = None,
+    ) -> None:
+        """Record the handles a receive with ``attempt_id`` returned (atomic replace, not fsynced).
+
+        ``created_ms`` keeps the first call's time on a retry, so the 5-minute
+        window is not extended by retrying. Not fsynced: after a power cut a
+        retry gets new messages, and the old ones come back after their
+        visibility timeout (at-least-once still holds).
+
+        Raises:
+            StorageUnavailable: The record could not be written.
+        """
+        stamp = now if now is not None else now_ms()
+        record = {"attempt_id": attempt_id, "created_ms": created_ms or stamp, "queue": queue, "handles": handles}
+        name = os.path.basename(self.layout.attempt_path(queue, self._attempt_hash(attempt_id)))
+        tmp = os.path.join(self.layout.attempts, f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_json_bytes(record))
+            os.rename(tmp, os.path.join(self.layout.attempts, name))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _storage_error("writing the receive attempt record", exc) from exc
 
     # -- delete ------------------------------------------------------------
 

@@ -279,8 +279,12 @@ def test_lease_renames_into_delay_with_the_deadline(store: Store) -> None:
         receive_count=1,
         deadline_ms=T0 + VT_MS,
         in_flight_name=expected_name,
+        attributes={},
+        first_receive_ms=T0,
+        source_queue=Q,
     )
     assert got.sent_ms == sent_ms_of(mid)
+    assert got.receipt_handle == expected_name
     assert ls(store, "delay") == [expected_name]
     assert ls(store, f"queues/{Q}") == []
     assert read(store.layout.delay_path(expected_name))[1] == b"\x00\x01binary\xff"
