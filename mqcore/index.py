@@ -63,6 +63,15 @@ class ReadyIndex:
                 return name
         return None
 
+    def peek_oldest(self) -> str | None:
+        """The oldest name without removing it, or None when empty. O(log n) amortised (drops stale tops)."""
+        heap, present = self._heap, self._present
+        while heap:
+            if heap[0] in present:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
     def name_for(self, message_id: str) -> str | None:
         """The ready file name (``ID.RC``) of ``message_id``, if indexed."""
         return self._by_id.get(message_id)
