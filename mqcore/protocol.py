@@ -232,9 +232,7 @@ class Store:
         """True if ``queues/<queue>`` is a directory."""
         return os.path.isdir(self.layout.queue_dir(queue))
 
-    def create_queue(
-        self, queue: QueueName, attributes: dict[str, Any] | None = None, now: int | None = None
-    ) -> bool:
+    def create_queue(self, queue: QueueName, attributes: dict[str, Any] | None = None, now: int | None = None) -> bool:
         """Create ``queues/<queue>`` with its attributes; return False if it already existed (idempotent).
 
         A new queue is built as ``queues/.Q.TOKEN.creating`` holding its
@@ -1073,6 +1071,220 @@ class Store:
             if name.startswith(prefix) and self._move_to_remove(os.path.join(qdir, name), target):
                 return "ready"
         return None
+
+    # -- purge -------------------------------------------------------------
+
+    def purge(self, queue: QueueName, now: int | None = None) -> int:
+        """Remove every message of ``queue`` sent up to now, in one step as seen by consumers (SQS: PurgeQueue).
+
+        Step 1 writes the marker ``queues/Q/.purge`` holding a fresh message
+        id T (atomic replace, fsynced): from then on every receive, redelivery
+        and sweep treats a message with id <= T as gone. Step 2 moves the
+        files it finds (the queue directory and the queue's files in
+        ``delay/``, in flight and delayed) to ``remove/``; what it misses
+        (a send publishing concurrently, a crash in step 2) is removed by the
+        next receive, mq-mover or mq-reaper that meets it. A marker never
+        moves back (a concurrent purge with a smaller T keeps the larger).
+
+        Returns:
+            Number of message files moved to ``remove/`` in step 2.
+        Raises:
+            QueueNotFound: No such queue.
+            StorageUnavailable: The marker could not be made durable.
+        """
+        if not self.queue_exists(queue):
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        stamp = now if now is not None else now_ms()
+        threshold = self.ids.next_id(stamp)
+        previous = self.purged_before(queue)
+        if previous is not None and previous > threshold:
+            threshold = previous
+        self._replace_json(self.layout.queue_dir(queue), ".purge", {"purged_before_id": threshold, "purged_ms": stamp})
+        moved = 0
+        qdir = self.layout.queue_dir(queue)
+        for name in self._listdir(qdir):
+            parsed = parse_ready_name(name)
+            if parsed is not None and parsed[0] <= threshold:
+                moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
+        for name in self._listdir(self.layout.delay):
+            item = parse_in_flight_name(name)
+            if item is not None and item.queue == queue and item.message_id <= threshold:
+                moved += self._move_to_remove(self.layout.delay_path(name), removed_name(queue, item.message_id))
+        try:
+            self._sync_dir(self.layout.remove)
+        except OSError as exc:
+            raise _storage_error("fsync of remove/", exc) from exc
+        return moved
+
+    # -- redrive -------------------------------------------------------------
+
+    def redrive_one(
+        self, dead_letter_queue: QueueName, filename: str, destination: QueueName | None = None
+    ) -> QueueName | None:
+        """Move one ready message out of a dead-letter queue: ``queues/DLQ/ID.RC`` -> ``queues/DEST/ID.0``.
+
+        The receive count starts again at 0 (the message gets its full
+        ``max_receive_count`` again); the id, and so the send time, is kept,
+        so in DEST it sorts before messages sent after it. DEST is
+        ``destination`` or else the queue the message was first sent to (its
+        header's ``queue``). DEST's directory is fsynced (group commit).
+
+        Returns:
+            DEST, or None if the file is gone, has no known source queue, or DEST does not exist.
+        Raises:
+            StorageUnavailable: The rename or fsync failed.
+        """
+        parsed = parse_ready_name(filename)
+        if parsed is None:
+            return None
+        src = os.path.join(self.layout.queue_dir(dead_letter_queue), filename)
+        dest = destination
+        if dest is None:
+            source = self._header_of(src).get("queue")
+            if not isinstance(source, str) or source == dead_letter_queue:
+                return None
+            try:
+                dest = check_queue_name(source)
+            except ValueError:
+                return None
+        qdir = self.layout.queue_dir(dest)
+        try:
+            os.rename(src, os.path.join(qdir, ready_name(parsed[0], 0)))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _storage_error("rename for redrive", exc) from exc
+        try:
+            self._sync_dir(qdir)
+        except OSError as exc:
+            raise _storage_error("fsync of the destination queue", exc) from exc
+        return dest
+
+    def _header_of(self, path: str) -> dict[str, Any]:
+        """The header of a message file ({} if unreadable)."""
+        try:
+            with open(path, "rb") as f:
+                line = f.readline(65536)
+        except OSError:
+            return {}
+        if not line.startswith(model.MAGIC):
+            return {}
+        try:
+            header = json.loads(line[len(model.MAGIC) :])
+        except ValueError:
+            return {}
+        return header if isinstance(header, dict) else {}
+
+    def read_redrive_status(self, queue: QueueName) -> dict[str, Any] | None:
+        """The status of the last redrive out of ``queue`` (``queues/Q/.redrive``), or None."""
+        return self._read_json(self.layout.redrive_path(queue))
+
+    def write_redrive_status(self, queue: QueueName, status: dict[str, Any]) -> None:
+        """Replace the redrive status of ``queue`` atomically.
+
+        Raises:
+            QueueNotFound: The queue was deleted.
+            StorageUnavailable: The file could not be written.
+        """
+        self._replace_json(self.layout.queue_dir(queue), ".redrive", status)
+
+    # -- counts and sweeps (mq, mq-reaper) ------------------------------------
+
+    def count_delay(self, queue: QueueName | None = None) -> dict[QueueName, tuple[int, int]]:
+        """``{queue: (in_flight, delayed)}`` from one listing of ``delay/`` (only ``queue`` if given).
+
+        In flight = receive count >= 1; delayed = a delayed send not yet visible (receive count 0).
+        """
+        counts: dict[QueueName, list[int]] = {}
+        for name in self._listdir(self.layout.delay):
+            item = parse_in_flight_name(name)
+            if item is None or (queue is not None and item.queue != queue):
+                continue
+            pair = counts.setdefault(item.queue, [0, 0])
+            pair[0 if item.receive_count else 1] += 1
+        return {q: (a, b) for q, (a, b) in counts.items()}
+
+    def expire_queue(self, queue: QueueName, now: int | None = None) -> int:
+        """Move ready messages of ``queue`` that were purged or outlived its retention period to ``remove/``.
+
+        Also unlinks temporary metadata files (``.NAME.TOKEN.tmp``) older than
+        the attempt window, left by a writer that died. Used by mq-reaper.
+
+        Returns:
+            Number of messages moved.
+        """
+        now = now if now is not None else now_ms()
+        policy = self.policy(queue, now)
+        qdir = self.layout.queue_dir(queue)
+        moved = 0
+        for name in self._listdir(qdir):
+            parsed = parse_ready_name(name)
+            if parsed is not None:
+                if policy.is_gone(parsed[0], now):
+                    moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
+            elif name.startswith(".") and name.endswith(".tmp"):
+                self._unlink_if_older(os.path.join(qdir, name), now - ATTEMPT_WINDOW_MS)
+        return moved
+
+    def expire_in_flight(self, now: int | None = None) -> int:
+        """Move files in ``delay/`` whose message was purged or outlived its queue's retention to ``remove/``.
+
+        Files of queues that no longer exist are left to mq-mover (it moves
+        them to ``remove/`` when they come due). Used by mq-reaper.
+
+        Returns:
+            Number of messages moved.
+        """
+        now = now if now is not None else now_ms()
+        policies: dict[QueueName, LeasePolicy] = {}
+        moved = 0
+        for name in self._listdir(self.layout.delay):
+            item = parse_in_flight_name(name)
+            if item is None:
+                continue
+            policy = policies.get(item.queue)
+            if policy is None:
+                policy = policies[item.queue] = self.policy(item.queue, now)
+            if policy.is_gone(item.message_id, now):
+                moved += self._move_to_remove(self.layout.delay_path(name), removed_name(item.queue, item.message_id))
+        return moved
+
+    def sweep_attempts(self, now: int | None = None) -> int:
+        """Unlink receive attempt records (and their temporary files) older than 5 minutes; return how many."""
+        cutoff = (now if now is not None else now_ms()) - ATTEMPT_WINDOW_MS
+        return sum(
+            self._unlink_if_older(os.path.join(self.layout.attempts, n), cutoff)
+            for n in self._listdir(self.layout.attempts)
+        )
+
+    def sweep_staging(self, older_than_ms: int, now: int | None = None) -> int:
+        """Remove staging directories ``queues/.Q.TOKEN.creating`` older than ``older_than_ms`` (a creator died)."""
+        cutoff = (now if now is not None else now_ms()) - older_than_ms
+        removed = 0
+        for name in self._listdir(self.layout.queues):
+            if not (name.startswith(".") and name.endswith(STAGING_SUFFIX)):
+                continue
+            path = os.path.join(self.layout.queues, name)
+            try:
+                if os.stat(path).st_mtime_ns // 1_000_000 > cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+        return removed
+
+    def _unlink_if_older(self, path: str, cutoff_ms: int) -> bool:
+        try:
+            if os.stat(path).st_mtime_ns // 1_000_000 > cutoff_ms:
+                return False
+            os.unlink(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            logger.warning("cannot remove stale file path=%s error=%s", path, exc)
+            return False
 
     # -- redelivery (mq-mover) ---------------------------------------------
 
