@@ -13,8 +13,8 @@ import collections
 import contextlib
 import json
 import os
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 import threading
