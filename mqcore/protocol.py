@@ -256,6 +256,10 @@ class Store:
         explicit = {k: v for k, v in check_changes(attributes or {}).items() if v is not None}
         if os.path.isdir(path):
             self._check_same_attributes(queue, explicit)
+            try:  # its creator may have died before its fsync of queues/: sync again
+                self._sync_dir(self.layout.queues)
+            except OSError as exc:
+                raise _storage_error("fsync of queues/", exc) from exc
             return False
         self._check_dead_letter_queue(queue, explicit.get("dead_letter_queue"))
         created_ms = now if now is not None else now_ms()
