@@ -1,16 +1,30 @@
-"""mq-mover: redelivers in-flight messages whose visibility deadline has passed.
+"""mq-mover: makes in-flight and delayed messages ready again when their deadline passes.
 
 A receive renames ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC`` (``DL`` = deadline
-in epoch milliseconds). This daemon renames each such file back into its queue
-once ``DL`` has passed (``docs/protocol.md``, "Redelivery"), or into
-``remove/`` when its queue is gone, so nothing is ever stranded in ``delay/``.
+in epoch milliseconds, ``RC`` >= 1); a send with a delay writes
+``delay/DL.Q.ID.0`` (``RC`` = 0). When ``DL`` has passed this daemon moves
+each file on (``docs/protocol.md``, "Redelivery"), deciding by the queue's
+policy (:meth:`mqcore.protocol.Store.policy`: ``queues/Q/.attributes`` and
+``queues/Q/.purge``, read once per queue per batch, so changes are seen at the
+next batch):
+
+- purged (id <= the purge marker's id) or past the queue's retention period
+  (send time from the id + ``retention_seconds``) -> ``remove/Q.ID``;
+- ``RC >= max_receive_count`` with a dead-letter queue set ->
+  ``queues/DLQ/ID.RC`` (:meth:`~mqcore.protocol.Store.dead_letter`: same id and
+  receive count, body and header untouched). If the dead-letter queue does not
+  exist the message is redelivered to its own queue instead, and a warning is
+  logged once per queue;
+- otherwise -> ``queues/Q/ID.RC`` (a redelivery; for ``RC`` = 0, a delayed
+  send becoming visible), or ``remove/Q.ID`` when the queue itself is gone,
+  so nothing is ever stranded in ``delay/``.
 
 How it finds the files (the Go original watched inotify only, so files already
 in ``delay/`` at start-up stayed there forever):
 
 - a full scan of ``delay/`` at start-up, before the readiness line;
 - inotify on ``delay/`` (:class:`mqcore.watch.DirWatcher` on the event loop),
-  so a new lease is known the moment it is made;
+  so a new lease or delayed send is known the moment it is made;
 - a full rescan every ``--rescan-interval`` seconds, as a safety net for what
   inotify cannot see (other hosts on NFS, lost events, ``IN_Q_OVERFLOW``), and
   the only mechanism where inotify is unavailable (``MQ_NO_INOTIFY=1``).
@@ -18,11 +32,13 @@ in ``delay/`` at start-up stayed there forever):
 Known files sit in a heap ordered by deadline. The loop sleeps until the
 earliest deadline or the next rescan, whichever comes first, and is woken
 early only by an arrival that is due sooner: it never polls. Entries may be
-stale (the message was deleted or redelivered elsewhere); redelivering one
-costs a failed rename and returns ``"gone"``.
+stale (the message was deleted or redelivered elsewhere); handling one costs
+a failed rename and returns ``"gone"``.
 
-Blocking directory work runs in threads (``asyncio.to_thread``); the loop only
-parses names and keeps the heap.
+Every move is one ``rename(2)``; a crash between two of them leaves each file
+either still in ``delay/`` (handled again after a restart: the start-up scan
+finds it due) or already moved. Blocking directory work runs in threads
+(``asyncio.to_thread``); the loop only parses names and keeps the heap.
 """
 
 from __future__ import annotations
@@ -31,6 +47,7 @@ import asyncio
 import heapq
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass
 
@@ -46,9 +63,9 @@ from daemons._runtime import (
     run_command,
 )
 from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
-from mqcore.errors import StorageUnavailable
-from mqcore.names import InFlightName, parse_in_flight_name
-from mqcore.protocol import Store, now_ms
+from mqcore.errors import MQError, QueueNotFound
+from mqcore.names import InFlightName, QueueName, parse_in_flight_name, removed_name
+from mqcore.protocol import LeasePolicy, Store, now_ms
 from mqcore.watch import DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.mover")
@@ -109,6 +126,8 @@ class Mover(WatchedDirDaemon):
         self._pending: dict[str, InFlightName] = {}
         #: Deadline (epoch ms) the loop sleeps until; an arrival due earlier wakes it.
         self._sleep_until_ms: float = math.inf
+        #: Queues whose dead-letter queue was found missing (warned once; worker thread only).
+        self._missing_dlq: set[QueueName] = set()
 
     def __len__(self) -> int:
         """Number of in-flight files known and not yet handled."""
@@ -184,57 +203,90 @@ class Mover(WatchedDirDaemon):
                 batch.append(item)
         return batch
 
-    def _redeliver_batch(self, batch: list[InFlightName]) -> list[tuple[InFlightName, str | Exception]]:
-        """Worker thread: redeliver each item; an OSError or StorageUnavailable is returned, not raised."""
-        out: list[tuple[InFlightName, str | Exception]] = []
+    def _redeliver_batch(
+        self, batch: list[InFlightName], now: int
+    ) -> list[tuple[InFlightName, str | Exception, QueueName | None]]:
+        """Worker thread: move each due item on; an OSError or MQError is returned, not raised.
+
+        The policy of each queue is read once for the whole batch (a later
+        batch reads it again, so a purge or an attribute change is seen).
+        """
+        policies: dict[QueueName, LeasePolicy | None] = {}
+        out: list[tuple[InFlightName, str | Exception, QueueName | None]] = []
         for item in batch:
             try:
-                out.append((item, self.store.redeliver(item)))
-            except (OSError, StorageUnavailable) as exc:
-                out.append((item, exc))
+                out.append((item, *self._move_one(item, now, policies)))
+            except (OSError, MQError) as exc:
+                out.append((item, exc, None))
         return out
 
-    async def redeliver_due(self, stop: asyncio.Event | None = None) -> int:
-        """Redeliver every known file whose deadline has passed, in worker-thread batches.
+    def _policy(self, queue: QueueName, now: int, cache: dict[QueueName, LeasePolicy | None]) -> LeasePolicy | None:
+        """The policy of ``queue`` (None if the queue is gone), read once per batch."""
+        if queue not in cache:
+            try:
+                cache[queue] = self.store.policy(queue, now=now)
+            except QueueNotFound:
+                cache[queue] = None
+        return cache[queue]
+
+    def _move_one(
+        self, item: InFlightName, now: int, policies: dict[QueueName, LeasePolicy | None]
+    ) -> tuple[str, QueueName | None]:
+        """Worker thread: remove, dead-letter or redeliver one due in-flight file.
+
+        Returns:
+            What happened, and the dead-letter queue involved (or None). What happened:
+            ``"purged"`` or ``"expired"`` (moved to ``remove/``), ``"dead_lettered"``,
+            ``"redelivered"`` (to its queue, also when its dead-letter queue is missing),
+            ``"orphaned"`` (its queue is gone: moved to ``remove/``) or ``"gone"`` (the
+            file had already left ``delay/``).
+        """
+        policy = self._policy(item.queue, now, policies)
+        if policy is not None:
+            if policy.is_gone(item.message_id, now):
+                if not remove_in_flight(self.store, item):
+                    return "gone", None
+                purged = policy.purged_before is not None and item.message_id <= policy.purged_before
+                return ("purged" if purged else "expired"), None
+            dead_letter_queue = policy.dead_letter_for(item.receive_count)
+            if dead_letter_queue is not None and item.receive_count > 0:
+                if self.store.dead_letter(item, dead_letter_queue):
+                    self._missing_dlq.discard(item.queue)
+                    return "dead_lettered", dead_letter_queue
+                if not os.path.lexists(self.store.layout.delay_path(item.filename)):
+                    return "gone", None
+                # Still in delay/: the dead-letter queue does not exist. Keep the message
+                # (redeliver it to its queue) rather than strand or drop it.
+                if item.queue not in self._missing_dlq:
+                    self._missing_dlq.add(item.queue)
+                    logger.warning(
+                        "dead-letter queue missing queue=%s dead_letter_queue=%s "
+                        "(messages over max_receive_count=%s are redelivered to their queue; logged once)",
+                        item.queue,
+                        dead_letter_queue,
+                        policy.max_receive_count,
+                    )
+        return self.store.redeliver(item), None
+
+    async def redeliver_due(self, stop: asyncio.Event | None = None, now: int | None = None) -> int:
+        """Move on every known file whose deadline has passed, in worker-thread batches.
 
         Args:
             stop: When set, return after the current batch.
+            now: The time to use, epoch ms (default: the wall clock, read per batch).
         Returns:
-            Number of files moved (redelivered or orphaned).
+            Number of files moved (redelivered, dead-lettered, or sent to ``remove/``).
         """
         moved = 0
         while stop is None or not stop.is_set():
-            now = now_ms()
-            batch = self._take_due(now, REDELIVER_BATCH)
+            batch_now = now if now is not None else now_ms()
+            batch = self._take_due(batch_now, REDELIVER_BATCH)
             if not batch:
                 break
-            for item, result in await asyncio.to_thread(self._redeliver_batch, batch):
-                if isinstance(result, Exception):
-                    # Not re-queued (that could spin); the next rescan finds the file again.
-                    logger.error(
-                        "redelivery failed queue=%s id=%s name=%s error=%s (retried at next rescan)",
-                        item.queue,
-                        item.message_id,
-                        item.filename,
-                        result,
-                    )
-                elif result == "redelivered":
+            for item, result, dead_letter_queue in await asyncio.to_thread(self._redeliver_batch, batch, batch_now):
+                if result != "gone" and not isinstance(result, Exception):
                     moved += 1
-                    logger.info(
-                        "redelivered queue=%s id=%s receive_count=%d deadline_ms=%d late_ms=%d",
-                        item.queue,
-                        item.message_id,
-                        item.receive_count,
-                        item.deadline_ms,
-                        now - item.deadline_ms,
-                    )
-                elif result == "orphaned":
-                    moved += 1
-                    logger.info(
-                        "orphaned queue=%s id=%s (queue is gone, moved to remove/)", item.queue, item.message_id
-                    )
-                else:
-                    logger.debug("already gone queue=%s id=%s name=%s", item.queue, item.message_id, item.filename)
+                _log_result(item, result, dead_letter_queue, batch_now)
         return moved
 
     def _next_deadline_ms(self) -> int | None:
@@ -265,6 +317,70 @@ class Mover(WatchedDirDaemon):
             "yes" if self.watching else "no",
             self.rescan_interval_seconds,
         )
+
+
+def _log_result(item: InFlightName, result: str | Exception, dead_letter_queue: QueueName | None, now: int) -> None:
+    """Log what happened to one due in-flight file (key=value style)."""
+    if isinstance(result, Exception):
+        # Not re-queued (that could spin); the next rescan finds the file again.
+        logger.error(
+            "redelivery failed queue=%s id=%s name=%s error=%s (retried at next rescan)",
+            item.queue,
+            item.message_id,
+            item.filename,
+            result,
+        )
+    elif result == "redelivered":
+        logger.info(
+            "%s queue=%s id=%s receive_count=%d deadline_ms=%d late_ms=%d",
+            "redelivered" if item.receive_count else "delayed message ready",
+            item.queue,
+            item.message_id,
+            item.receive_count,
+            item.deadline_ms,
+            now - item.deadline_ms,
+        )
+    elif result == "dead_lettered":
+        logger.info(
+            "dead-lettered queue=%s id=%s receive_count=%d dead_letter_queue=%s",
+            item.queue,
+            item.message_id,
+            item.receive_count,
+            dead_letter_queue,
+        )
+    elif result in ("expired", "purged"):
+        logger.info(
+            "%s queue=%s id=%s receive_count=%d (moved to remove/)",
+            result,
+            item.queue,
+            item.message_id,
+            item.receive_count,
+        )
+    elif result == "orphaned":
+        logger.info("orphaned queue=%s id=%s (queue is gone, moved to remove/)", item.queue, item.message_id)
+    else:
+        logger.debug("already gone queue=%s id=%s name=%s", item.queue, item.message_id, item.filename)
+
+
+def remove_in_flight(store: Store, item: InFlightName) -> bool:
+    """Rename ``delay/DL.Q.ID.RC`` to ``remove/Q.ID`` (a purged or expired message).
+
+    Not fsynced: if a power cut undoes the rename, the file is back in
+    ``delay/``, already due, and is removed again by the next start-up scan.
+
+    Returns:
+        True if moved, False if the file had already left ``delay/``.
+    Raises:
+        OSError: Any other rename failure (logged; retried at the next rescan).
+    """
+    try:
+        os.rename(
+            store.layout.delay_path(item.filename),
+            store.layout.remove_path(removed_name(item.queue, item.message_id)),
+        )
+    except FileNotFoundError:
+        return False
+    return True
 
 
 async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:
