@@ -1,4 +1,4 @@
-"""mq-reaper: unlinks deleted messages and queues, and drops unacknowledged writes.
+"""mq-reaper: unlinks deleted messages and queues, drops unacknowledged writes, expires messages.
 
 Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
 "Delete queue"); this daemon makes the space free again:
@@ -13,9 +13,29 @@ Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
   201 only after its file has left ``new/``, so such a file belongs to a
   writer that died before acknowledging it, and it must never be delivered.
 
-All unlinks run in a worker thread in batches, so a flood of deletes (or one
-huge queue directory) never blocks the event loop; arrivals during a batch
-simply join the next one.
+Once right after start-up and then every ``--expire-interval`` seconds
+(counted from the end of the previous sweep), an expiry sweep runs beside the
+reaping:
+
+- for each queue, ``Store.expire_queue``: ready files ``queues/Q/ID.RC`` that
+  are past the queue's retention period (send time from the id +
+  ``retention_seconds``) or purged (id <= the ``.purge`` marker's id) are
+  renamed to ``remove/Q.ID``;
+- ``Store.expire_in_flight``: the same for ``delay/DL.Q.ID.RC`` (in flight or
+  delayed), without waiting for their deadline;
+- ``Store.sweep_attempts``: receive request attempt records in ``attempts/``
+  older than their 5-minute window are unlinked;
+- ``Store.sweep_staging``: ``queues/.Q.TOKEN.creating`` directories of queue
+  creations that died midway, older than ``--new-grace``, are removed.
+
+What the sweep moves into ``remove/`` is then reaped like any delete (inotify
+or the next rescan). Each move is a single rename, so a crash mid-sweep leaves
+every file either where it was (expired again by the next sweep) or in
+``remove/``.
+
+All unlinks and sweeps run in worker threads in batches (one queue per
+call), so a flood of deletes (or one huge queue directory) never blocks the
+event loop; arrivals during a batch simply join the next one.
 """
 
 from __future__ import annotations
@@ -24,7 +44,10 @@ import asyncio
 import logging
 import math
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import click
 
@@ -36,9 +59,11 @@ from daemons._runtime import (
     log_level_option,
     root_option,
     run_command,
+    wait_for_wake,
 )
 from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
-from mqcore.names import REMOVED_QUEUE_SUFFIX
+from mqcore.errors import MQError
+from mqcore.names import REMOVED_QUEUE_SUFFIX, QueueName
 from mqcore.protocol import Store
 from mqcore.watch import DirWatcher, open_watcher
 
@@ -48,6 +73,8 @@ logger = logging.getLogger("mq.reaper")
 DEFAULT_NEW_GRACE_SECONDS = 300.0
 #: Default interval between full rescans of ``remove/`` and sweeps of ``new/``, in seconds.
 DEFAULT_RESCAN_INTERVAL_SECONDS = 60.0
+#: Default interval between expiry sweeps (retention, purge, attempts, staging), in seconds.
+DEFAULT_EXPIRE_INTERVAL_SECONDS = 60.0
 #: Most entries of ``remove/`` removed in one worker-thread call.
 REAP_BATCH = 1024
 #: Watch tag of ``remove/``.
@@ -66,6 +93,9 @@ class ReaperSettings:
     rescan_interval_seconds: float = DEFAULT_RESCAN_INTERVAL_SECONDS
     """Seconds between rescans of ``remove/`` and sweeps of ``new/`` (``--rescan-interval``,
     ``MQ_REAPER_RESCAN_INTERVAL``)."""
+    expire_interval_seconds: float = DEFAULT_EXPIRE_INTERVAL_SECONDS
+    """Seconds between expiry sweeps of the queues, ``delay/``, ``attempts/`` and staging directories
+    (``--expire-interval``, ``MQ_REAPER_EXPIRE_INTERVAL``)."""
     log_level: str = "INFO"
     """Logging level name (``--log-level``, ``MQ_LOG_LEVEL``)."""
 
@@ -78,7 +108,34 @@ class ReaperSettings:
         check_root_value(self.root)
         check_interval("new-grace", self.new_grace_seconds)
         check_interval("rescan-interval", self.rescan_interval_seconds)
+        check_interval("expire-interval", self.expire_interval_seconds)
         check_log_level(self.log_level)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpirySweep:
+    """What one expiry sweep did (counts of entries moved or unlinked)."""
+
+    queues: int = 0
+    """Queues swept."""
+    ready: int = 0
+    """Ready files moved to ``remove/`` (expired or purged)."""
+    in_flight: int = 0
+    """Files of ``delay/`` moved to ``remove/`` (expired or purged)."""
+    attempts: int = 0
+    """Receive request attempt records unlinked."""
+    staging: int = 0
+    """Staging directories of abandoned queue creations removed."""
+    errors: int = 0
+    """Steps that failed (logged; retried at the next sweep)."""
+
+    @property
+    def removed(self) -> int:
+        """Everything moved or unlinked."""
+        return self.ready + self.in_flight + self.attempts + self.staging
 
 
 class Reaper(WatchedDirDaemon):
@@ -86,9 +143,11 @@ class Reaper(WatchedDirDaemon):
 
     Args:
         store: The protocol on the root.
-        new_grace_seconds: Age in seconds after which a ``new/`` file is abandoned.
+        new_grace_seconds: Age in seconds after which a ``new/`` file (or a queue's
+            staging directory) is abandoned.
         rescan_interval_seconds: Seconds between rescans and sweeps.
         watcher: inotify watcher to use for ``remove/``, or None to rely on rescans.
+        expire_interval_seconds: Seconds between expiry sweeps (see :meth:`expire`).
     """
 
     log = logger
@@ -102,10 +161,12 @@ class Reaper(WatchedDirDaemon):
         new_grace_seconds: float,
         rescan_interval_seconds: float,
         watcher: DirWatcher | None,
+        expire_interval_seconds: float = DEFAULT_EXPIRE_INTERVAL_SECONDS,
     ) -> None:
         super().__init__(store, rescan_interval_seconds=rescan_interval_seconds, watcher=watcher)
         self.new_grace_seconds = new_grace_seconds
         self.new_grace_ms = math.ceil(new_grace_seconds * 1000)
+        self.expire_interval_seconds = expire_interval_seconds
         #: Names in ``remove/`` to remove (a dict as an ordered set: oldest arrival first).
         self._pending: dict[str, None] = {}
 
@@ -200,16 +261,104 @@ class Reaper(WatchedDirDaemon):
     async def work(self, stop: asyncio.Event) -> None:
         await self.reap_pending(stop)
 
+    # -- expiry -------------------------------------------------------------
+
+    async def _step(self, what: str, fn: Callable[..., T], *args: object) -> T | None:
+        """Run one sweep step in a worker thread; a failure is logged and gives None."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except (OSError, MQError) as exc:
+            logger.error("expiry sweep step failed step=%s error=%s (retried at the next sweep)", what, exc)
+            return None
+
+    async def expire(self, now: int | None = None, stop: asyncio.Event | None = None) -> ExpirySweep:
+        """One expiry sweep: every queue, then ``delay/``, ``attempts/`` and staging directories.
+
+        Each step runs in a worker thread (one queue per call); a failed step is
+        logged and skipped. Logs the counts.
+
+        Args:
+            now: The time to judge by, epoch ms (default: the wall clock at each step).
+            stop: When set, the sweep ends after the current step.
+        Returns:
+            What was moved or unlinked.
+        """
+        started = time.monotonic()
+        stopped = stop.is_set if stop is not None else lambda: False
+        queues = await self._step("list_queues", self.store.list_queues)
+        errors = int(queues is None)
+        ready = swept = 0
+        for queue in queues or ():
+            if stopped():
+                break
+            moved = await self._step(f"expire_queue queue={queue}", self.store.expire_queue, QueueName(queue), now)
+            swept += 1
+            if moved is None:
+                errors += 1
+            elif moved:
+                ready += moved
+                logger.info("expired ready messages queue=%s removed=%d", queue, moved)
+        counts: list[int] = []
+        for what, fn, args in (
+            ("expire_in_flight", self.store.expire_in_flight, (now,)),
+            ("sweep_attempts", self.store.sweep_attempts, (now,)),
+            ("sweep_staging", self.store.sweep_staging, (self.new_grace_ms, now)),
+        ):
+            n = 0 if stopped() else await self._step(what, fn, *args)
+            if n is None:
+                errors += 1
+            counts.append(n or 0)
+        result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors)
+        logger.log(
+            logging.INFO if result.removed or result.errors else logging.DEBUG,
+            "expiry sweep queues=%d ready_removed=%d in_flight_removed=%d attempts_removed=%d "
+            "staging_removed=%d errors=%d elapsed_ms=%d",
+            result.queues,
+            result.ready,
+            result.in_flight,
+            result.attempts,
+            result.staging,
+            result.errors,
+            (time.monotonic() - started) * 1000,
+        )
+        return result
+
+    async def _expire_loop(self, stop: asyncio.Event) -> None:
+        """Sweep at once, then every ``expire_interval_seconds`` after the end of the previous sweep."""
+        while not stop.is_set():
+            try:
+                await self.expire(stop=stop)
+            except Exception:
+                # A bug, not a storage error (those are handled per step): keep reaping, try again later.
+                logger.exception(
+                    "expiry sweep crashed (retried in expire_interval_seconds=%s)", self.expire_interval_seconds
+                )
+            await wait_for_wake(stop, self.expire_interval_seconds)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reap (the watched-directory loop) and run the expiry sweeps beside it, until ``stop`` is set."""
+        sweeper = asyncio.create_task(self._expire_loop(stop), name="mq-reaper-expiry")
+        try:
+            await super().run(stop)
+        finally:
+            if not stop.is_set():
+                sweeper.cancel()
+            await asyncio.wait([sweeper])  # after stop: finishes its current step
+            if not sweeper.cancelled() and sweeper.exception() is not None:
+                logger.error("expiry sweeps failed error=%r", sweeper.exception())
+
     def _more_work(self) -> bool:
         return bool(self._pending)
 
     def log_start_up(self) -> None:
         logger.info(
-            "start-up scan removed=%d inotify=%s new_grace_seconds=%s rescan_interval_seconds=%s",
+            "start-up scan removed=%d inotify=%s new_grace_seconds=%s rescan_interval_seconds=%s "
+            "expire_interval_seconds=%s",
             len(self),
             "yes" if self.watching else "no",
             self.new_grace_seconds,
             self.rescan_interval_seconds,
+            self.expire_interval_seconds,
         )
 
 
@@ -217,7 +366,8 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
     """Run mq-reaper until ``shutdown_trigger`` is set (or SIGTERM/SIGINT without one).
 
     Logs ``mq-reaper ready root=...`` and notifies systemd (``READY=1``) once
-    the start-up scan of ``remove/``, the sweep of ``new/`` and the watch are done.
+    the start-up scan of ``remove/``, the sweep of ``new/`` and the watch are
+    done; the first expiry sweep starts right after.
 
     Args:
         settings: The daemon's settings.
@@ -233,12 +383,16 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
             new_grace_seconds=settings.new_grace_seconds,
             rescan_interval_seconds=settings.rescan_interval_seconds,
             watcher=open_watcher(),
+            expire_interval_seconds=settings.expire_interval_seconds,
         ),
         shutdown_trigger,
     )
 
 
-@click.command(name="mq-reaper", help="Unlink deleted messages and queues; drop abandoned writes from new/.")
+@click.command(
+    name="mq-reaper",
+    help="Unlink deleted messages and queues; drop abandoned writes from new/; remove expired and purged messages.",
+)
 @config_option
 @root_option
 @click.option(
@@ -259,9 +413,21 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
     show_envvar=True,
     help="Seconds between full rescans of remove/ and sweeps of new/.",
 )
+@click.option(
+    "--expire-interval",
+    type=float,
+    envvar="MQ_REAPER_EXPIRE_INTERVAL",
+    default=DEFAULT_EXPIRE_INTERVAL_SECONDS,
+    show_default=True,
+    show_envvar=True,
+    help="Seconds between sweeps that remove expired and purged messages (queues and delay/), "
+    "old receive attempt records and abandoned queue creations.",
+)
 @log_level_option
 @click.pass_context
-def cli(ctx: click.Context, root: str, new_grace: float, rescan_interval: float, log_level: str) -> int:
+def cli(
+    ctx: click.Context, root: str, new_grace: float, rescan_interval: float, expire_interval: float, log_level: str
+) -> int:
     return run_cli(
         ctx,
         ReaperSettings,
@@ -269,6 +435,7 @@ def cli(ctx: click.Context, root: str, new_grace: float, rescan_interval: float,
         root=root,
         new_grace_seconds=new_grace,
         rescan_interval_seconds=rescan_interval,
+        expire_interval_seconds=expire_interval,
         log_level=log_level,
     )
 
