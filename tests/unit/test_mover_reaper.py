@@ -1,16 +1,21 @@
 """mq-mover and mq-reaper, in process: ``serve()`` on a real root under ``tmp_path``.
 
 Each test runs the real daemon coroutine on the test's event loop with an
-``asyncio.Event`` as shutdown trigger, prepares or changes files through the
-real :class:`mqcore.protocol.Store`, and watches the directories. Nothing is
-mocked. The command-line tests run ``python -m daemons.mover`` as a
-subprocess (settings layers, SIGTERM, exit codes).
+``asyncio.Event`` as shutdown trigger (or drives a :class:`mover.Mover` /
+:class:`reaper.Reaper` directly, passing the time where the code takes
+``now``), prepares or changes files through the real
+:class:`mqcore.protocol.Store`, and watches the directories. Nothing is
+mocked. Messages "sent long ago" come from a Store whose id generator stamps
+an old send time (:class:`OldIds`). The command-line tests run
+``python -m daemons.mover`` as a subprocess (settings layers, SIGTERM, exit codes).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import re
@@ -28,7 +33,7 @@ from daemons.mover import MoverSettings
 from daemons.reaper import ReaperSettings
 from mqcore.errors import ConfigError
 from mqcore.model import ReceivedMessage
-from mqcore.names import QueueName
+from mqcore.names import IdGenerator, MessageId, QueueName, parse_in_flight_name
 from mqcore.protocol import Store, now_ms
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,6 +252,177 @@ async def test_mover_without_inotify_relies_on_rescans(
         assert now_ms() >= soon.deadline_ms
 
 
+# -- mq-mover: delayed sends, dead-letter queues, purge, retention --------------
+
+DLQ = QueueName("dead")
+
+
+class OldIds(IdGenerator):
+    """Ids stamped with a fixed send time: messages "sent" at ``sent_ms`` (epoch ms)."""
+
+    def __init__(self, sent_ms: int) -> None:
+        super().__init__()
+        self.sent_ms = sent_ms
+
+    def next_id(self, now_ms: int | None = None) -> MessageId:
+        return super().next_id(now_ms=self.sent_ms)
+
+
+def old_store(root: Path, age_ms: int) -> Store:
+    """A Store on ``root`` whose sends carry a send time ``age_ms`` in the past."""
+    return Store(root, ids=OldIds(now_ms() - age_ms))
+
+
+def ready_files(root: Path, queue: str) -> list[str]:
+    """Message names in ``queues/<queue>/`` (names starting with "." are metadata)."""
+    return sorted(n for n in os.listdir(root / "queues" / queue) if not n.startswith("."))
+
+
+def removed(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "remove"))
+
+
+@contextlib.asynccontextmanager
+async def bare_mover(store: Store) -> AsyncIterator[mover.Mover]:
+    """A Mover without inotify (driven by ``rescan()`` and ``redeliver_due(now=...)``)."""
+    m = mover.Mover(store, rescan_interval_seconds=60, watcher=None)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+async def move_due(m: mover.Mover, now: int) -> int:
+    """List ``delay/`` and handle everything due at ``now``, as one pass of the daemon does."""
+    await m.rescan()
+    return await m.redeliver_due(now=now)
+
+
+async def test_mover_makes_a_delayed_send_ready_within_100_ms_of_its_deadline(root: Path, store: Store, logs) -> None:
+    # A far-off lease first: the mover sleeps until it (or the 60 s rescan), so the
+    # delayed send must wake it through inotify on delay/.
+    lease_with_deadline(store, now_ms() + 50_000)
+    async with run_mover(root, mover_settings(root, rescan_interval_seconds=60), logs):
+        message_id = store.send(Q, b"later", content_type="text/plain", delay_ms=400)
+        [name] = [n for n in os.listdir(root / "delay") if f".{message_id}." in n]
+        item = parse_in_flight_name(name)
+        assert item is not None and item.receive_count == 0
+        assert f"{message_id}.0" not in ready_files(root, Q), "a delayed message was ready at once"
+        target = root / "queues" / Q / f"{message_id}.0"
+        await wait_for(target.exists, "the delayed message to become ready", interval=0.002)
+        arrived_ms = now_ms()
+
+    assert arrived_ms >= item.deadline_ms, f"ready {item.deadline_ms - arrived_ms} ms before its deadline"
+    assert arrived_ms - item.deadline_ms < 100, f"ready {arrived_ms - item.deadline_ms} ms after its deadline"
+    got = store.lease(Q, f"{message_id}.0", 1_000)
+    assert got is not None and (got.body, got.content_type, got.receive_count) == (b"later", "text/plain", 1)
+    assert any(f"delayed message ready queue=jobs id={message_id} receive_count=0" in m for m in messages(logs))
+
+
+async def test_mover_dead_letters_with_body_content_type_and_attributes_intact(root: Path, store: Store, logs) -> None:
+    store.create_queue(DLQ)
+    store.set_attributes(Q, {"max_receive_count": 2, "dead_letter_queue": DLQ})
+    attributes = {"trace-id": "abc-123", "origin": "unit test"}
+    message_id = store.send(Q, b"\x00poison\xff", content_type="application/x-poison", attributes=attributes)
+    t = now_ms()
+    async with bare_mover(store) as m:
+        first = store.lease(Q, f"{message_id}.0", 1_000, now=t)
+        assert first is not None and first.receive_count == 1
+        assert await move_due(m, t + 1_000) == 1
+        assert ready_files(root, Q) == [f"{message_id}.1"], "received once (< max 2): redelivered to its queue"
+
+        second = store.lease(Q, f"{message_id}.1", 1_000, now=t + 2_000)
+        assert second is not None and second.receive_count == 2
+        assert await move_due(m, t + 2_999) == 0, "moved before its deadline"
+        assert await move_due(m, t + 3_000) == 1
+
+    assert ready_files(root, Q) == []
+    assert os.listdir(root / "delay") == []
+    assert ready_files(root, DLQ) == [f"{message_id}.2"], "dead-lettered with the same id and receive count"
+    dead = store.lease(DLQ, f"{message_id}.2", 1_000)
+    assert dead is not None
+    assert dead.body == b"\x00poison\xff"
+    assert dead.content_type == "application/x-poison"
+    assert dead.attributes == attributes
+    assert dead.receive_count == 3
+    assert dead.message_id == message_id and dead.sent_ms == first.sent_ms
+    assert dead.source_queue == Q
+    assert any(
+        f"dead-lettered queue=jobs id={message_id} receive_count=2 dead_letter_queue=dead" in m for m in messages(logs)
+    )
+
+
+async def test_mover_redelivers_when_the_dead_letter_queue_is_missing_and_warns_once(
+    root: Path, store: Store, logs
+) -> None:
+    store.create_queue(DLQ)
+    store.set_attributes(Q, {"max_receive_count": 1, "dead_letter_queue": DLQ})
+    store.delete_queue(DLQ)  # the redrive policy now names a queue that is gone
+    t = now_ms()
+    ids = [store.send(Q, f"m{i}".encode()) for i in range(3)]
+    async with bare_mover(store) as m:
+        for message_id in ids[:2]:
+            assert store.lease(Q, f"{message_id}.0", 0, now=t) is not None
+        assert await move_due(m, t) == 2
+        assert ready_files(root, Q) == sorted([f"{ids[0]}.1", f"{ids[1]}.1", f"{ids[2]}.0"]), "nothing lost"
+        assert store.lease(Q, f"{ids[2]}.0", 0, now=t) is not None
+        assert await move_due(m, t + 1) == 1  # a later batch: the warning is not repeated
+
+        store.create_queue(DLQ)  # the dead-letter queue is back: the next batch uses it
+        assert store.lease(Q, f"{ids[0]}.1", 0, now=t + 2) is not None
+        assert await move_due(m, t + 2) == 1
+    assert ready_files(root, DLQ) == [f"{ids[0]}.2"]
+    warnings = [m for m in messages(logs) if "dead-letter queue missing queue=jobs dead_letter_queue=dead" in m]
+    assert len(warnings) == 1, warnings
+
+
+async def test_mover_sends_purged_messages_to_remove(root: Path, store: Store, logs) -> None:
+    t = now_ms()
+    leased = store.send(Q, b"received before the purge")
+    delayed = store.send(Q, b"delayed, sent before the purge", delay_ms=1_000)
+    assert store.lease(Q, f"{leased}.0", 500, now=t) is not None
+    # A purger that died after writing its marker, before moving these files (or a
+    # purger on another host whose listing of delay/ missed them).
+    Path(store.layout.purge_path(Q)).write_text(json.dumps({"purged_before_id": delayed, "purged_ms": t}))
+    later = store.send(Q, b"sent after the purge")
+    assert store.lease(Q, f"{later}.0", 500, now=t) is not None
+
+    async with bare_mover(store) as m:
+        assert await move_due(m, t + 2_000) == 3
+    assert removed(root) == sorted([f"jobs.{leased}", f"jobs.{delayed}"])
+    assert ready_files(root, Q) == [f"{later}.1"]
+    assert os.listdir(root / "delay") == []
+    log = messages(logs)
+    assert any(f"purged queue=jobs id={leased} receive_count=1" in m for m in log)
+    assert any(f"purged queue=jobs id={delayed} receive_count=0" in m for m in log)
+
+
+async def test_mover_sends_messages_past_retention_to_remove(root: Path, store: Store, logs) -> None:
+    store.set_attributes(Q, {"retention_seconds": 60})
+    old = old_store(root, 61_000)
+    stale = old.send(Q, b"sent 61 s ago")
+    stale_delayed = old.send(Q, b"sent 61 s ago with a delay", delay_ms=1)
+    fresh = store.send(Q, b"sent now")
+    t = now_ms()
+    for message_id in (stale, fresh):
+        assert store.lease(Q, f"{message_id}.0", 0, now=t) is not None
+
+    async with bare_mover(store) as m:
+        assert await move_due(m, t + 1) == 3
+        assert removed(root) == sorted([f"jobs.{stale}", f"jobs.{stale_delayed}"])
+        assert ready_files(root, Q) == [f"{fresh}.1"]
+        log = messages(logs)
+        assert any(f"expired queue=jobs id={stale} receive_count=1" in m for m in log)
+        assert any(f"expired queue=jobs id={stale_delayed} receive_count=0" in m for m in log)
+
+        # The same message, judged 60 s after its send: expired.
+        lease = store.lease(Q, f"{fresh}.1", 0, now=t)
+        assert lease is not None
+        assert await move_due(m, lease.sent_ms + 60_000) == 1
+    assert f"jobs.{fresh}" in removed(root)
+    assert ready_files(root, Q) == []
+
+
 # -- mq-reaper ----------------------------------------------------------------
 
 
@@ -265,7 +441,8 @@ def fill_remove(store: Store) -> tuple[list[str], str]:
         store.send(gone, f"g{i}".encode())
     store.delete_queue(gone)
     dirs = [n for n in os.listdir(store.layout.remove) if n.endswith(".queue")]
-    assert len(dirs) == 1 and len(os.listdir(os.path.join(store.layout.remove, dirs[0]))) == 5
+    assert len(dirs) == 1
+    assert len([n for n in os.listdir(os.path.join(store.layout.remove, dirs[0])) if not n.startswith(".")]) == 5
     return ids[2:], dirs[0]
 
 
@@ -276,7 +453,7 @@ async def test_reaper_removes_what_was_there_at_start(root: Path, store: Store, 
     async with run_reaper(root, reaper_settings(root), logs):
         await wait_for(lambda: not os.listdir(root / "remove"), "remove/ to be empty")
 
-    assert os.listdir(root / "queues" / "jobs") == [f"{kept[0]}.0"]
+    assert ready_files(root, Q) == [f"{kept[0]}.0"]
     assert any(f"removed deleted queue directory name={queue_dir}" in m for m in messages(logs))
 
 
@@ -292,7 +469,7 @@ async def test_reaper_removes_arrivals(
         assert any(f"inotify={'yes' if inotify else 'no'}" in m for m in messages(logs))
         kept, _ = fill_remove(store)
         await wait_for(lambda: not os.listdir(root / "remove"), "remove/ to be empty")
-        assert os.listdir(root / "queues" / "jobs") == [f"{kept[0]}.0"]
+        assert ready_files(root, Q) == [f"{kept[0]}.0"]
 
 
 async def test_reaper_sweeps_stale_new_files_only(root: Path, store: Store, logs) -> None:
@@ -317,6 +494,120 @@ async def test_reaper_sweeps_stale_new_files_only(root: Path, store: Store, logs
     assert not any(os.path.basename(fresh.path) in m for m in messages(logs))
 
 
+# -- mq-reaper: expiry sweeps ---------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def bare_reaper(store: Store, *, new_grace_seconds: float = 300.0) -> AsyncIterator[reaper.Reaper]:
+    """A Reaper without inotify, driven by ``expire(now=...)``."""
+    r = reaper.Reaper(store, new_grace_seconds=new_grace_seconds, rescan_interval_seconds=60, watcher=None)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+async def test_reaper_expires_ready_in_flight_and_delayed_messages_past_retention(
+    root: Path, store: Store, logs
+) -> None:
+    keep = QueueName("keep")  # default retention (4 days): its old messages stay
+    store.create_queue(keep)
+    store.set_attributes(Q, {"retention_seconds": 60})
+    old = old_store(root, 120_000)
+    stale_ready = old.send(Q, b"old, ready")
+    stale_leased = old.send(Q, b"old, in flight")
+    stale_delayed = old.send(Q, b"old, delayed", delay_ms=600_000)
+    kept_old = old.send(keep, b"old, in a queue with a long retention")
+    fresh_ready = store.send(Q, b"new, ready")
+    fresh_leased = store.send(Q, b"new, in flight")
+    for message_id in (stale_leased, fresh_leased):
+        assert store.lease(Q, f"{message_id}.0", 600_000) is not None
+
+    async with bare_reaper(store) as r:
+        sweep = await r.expire()
+        assert (sweep.queues, sweep.ready, sweep.in_flight, sweep.errors) == (2, 1, 2, 0)
+        assert removed(root) == sorted(f"jobs.{i}" for i in (stale_ready, stale_leased, stale_delayed))
+        assert ready_files(root, Q) == [f"{fresh_ready}.0"]
+        assert ready_files(root, keep) == [f"{kept_old}.0"]
+        assert [parse_in_flight_name(n).message_id for n in os.listdir(root / "delay")] == [fresh_leased]
+
+        # Judged 61 s from now, the fresh messages have outlived the 60 s retention too.
+        sweep = await r.expire(now=now_ms() + 61_000)
+        assert (sweep.ready, sweep.in_flight) == (1, 1)
+    assert ready_files(root, Q) == [] and os.listdir(root / "delay") == []
+    assert ready_files(root, keep) == [f"{kept_old}.0"]
+    assert any("expired ready messages queue=jobs removed=1" in m for m in messages(logs))
+    assert any("expiry sweep queues=2 ready_removed=1 in_flight_removed=2" in m for m in messages(logs))
+
+
+async def test_reaper_removes_purged_messages(root: Path, store: Store) -> None:
+    ready_before = store.send(Q, b"ready before the purge")
+    leased_before = store.send(Q, b"in flight before the purge")
+    assert store.lease(Q, f"{leased_before}.0", 600_000) is not None
+    Path(store.layout.purge_path(Q)).write_text(json.dumps({"purged_before_id": leased_before, "purged_ms": now_ms()}))
+    after = store.send(Q, b"sent after the purge")
+
+    async with bare_reaper(store) as r:
+        sweep = await r.expire()
+    assert (sweep.ready, sweep.in_flight) == (1, 1)
+    assert removed(root) == sorted([f"jobs.{ready_before}", f"jobs.{leased_before}"])
+    assert ready_files(root, Q) == [f"{after}.0"]
+
+
+async def test_reaper_sweeps_attempt_records_older_than_5_minutes(root: Path, store: Store) -> None:
+    t = now_ms()
+    store.save_attempt(Q, "old-attempt", ["1.jobs.x.1"], now=t - 301_000)
+    for name in os.listdir(root / "attempts"):  # also old by mtime, whichever the store goes by
+        os.utime(root / "attempts" / name, ((t - 301_000) / 1000, (t - 301_000) / 1000))
+    store.save_attempt(Q, "new-attempt", ["2.jobs.y.1"], now=t)
+    assert len(os.listdir(root / "attempts")) == 2
+
+    async with bare_reaper(store) as r:
+        sweep = await r.expire(now=t)
+    assert sweep.attempts == 1
+    assert len(os.listdir(root / "attempts")) == 1
+    assert store.load_attempt(Q, "new-attempt", now=t) == ["2.jobs.y.1"]
+    assert store.load_attempt(Q, "old-attempt", now=t) is None
+
+
+async def test_reaper_sweeps_abandoned_queue_creations_after_the_grace(root: Path, store: Store) -> None:
+    queues = root / "queues"
+    abandoned = queues / f".half.{'a' * 32}.creating"
+    in_progress = queues / f".busy.{'b' * 32}.creating"
+    for path in (abandoned, in_progress):
+        path.mkdir()
+        (path / ".attributes").write_text('{"attributes": {}}')
+    old = time.time() - 600
+    os.utime(abandoned / ".attributes", (old, old))
+    os.utime(abandoned, (old, old))
+
+    async with bare_reaper(store, new_grace_seconds=300) as r:
+        sweep = await r.expire()
+    assert sweep.staging == 1
+    assert not abandoned.exists()
+    assert in_progress.exists(), "a creation younger than the grace period was swept"
+    assert store.list_queues() == [Q]
+    assert (queues / Q).is_dir()
+
+
+async def test_reaper_sweeps_at_start_up_and_every_expire_interval(root: Path, store: Store, logs) -> None:
+    store.set_attributes(Q, {"retention_seconds": 60})
+    old = old_store(root, 120_000)
+    before = old.send(Q, b"expired before the reaper started")
+    fresh = store.send(Q, b"fresh")
+    settings = dataclasses.replace(reaper_settings(root), expire_interval_seconds=0.2)
+    async with run_reaper(root, settings, logs):
+        await wait_for(lambda: f"{before}.0" not in ready_files(root, Q), "the start-up expiry sweep")
+        later = old.send(Q, b"expired while the reaper runs")
+        await wait_for(lambda: f"{later}.0" not in ready_files(root, Q), "a periodic expiry sweep")
+        # Expired files are moved to remove/, then reaped like any delete.
+        await wait_for(lambda: not removed(root), "remove/ to be empty")
+        assert ready_files(root, Q) == [f"{fresh}.0"]
+    log = messages(logs)
+    assert any("expire_interval_seconds=0.2" in m for m in log)
+    assert sum("expiry sweep queues=1 ready_removed=1 " in m for m in log) == 2, log
+
+
 # -- settings and command line ------------------------------------------------
 
 
@@ -328,6 +619,9 @@ def test_settings_reject_bad_values(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             ReaperSettings(root=str(tmp_path), new_grace_seconds=bad)
         assert info.value.details["key"] == "new-grace"
+        with pytest.raises(ConfigError) as info:
+            ReaperSettings(root=str(tmp_path), expire_interval_seconds=bad)
+        assert info.value.details["key"] == "expire-interval"
     with pytest.raises(ConfigError):
         MoverSettings(root="")
     with pytest.raises(ConfigError):
@@ -420,12 +714,13 @@ async def test_reaper_exits_0_on_sigterm(tmp_path: Path) -> None:
     code, lines = await run_until_ready_then_sigterm(
         "daemons.reaper",
         ["--root", str(root), "--rescan-interval", "0.3"],
-        clean_env(MQ_REAPER_NEW_GRACE="120"),
+        clean_env(MQ_REAPER_NEW_GRACE="120", MQ_REAPER_EXPIRE_INTERVAL="30"),
         "mq-reaper ready",
     )
     log = "\n".join(lines)
     assert code == 0, log
     assert "new_grace=120.0(env)" in log and "rescan_interval=0.3(cli)" in log, log
+    assert "expire_interval=30.0(env)" in log and "expire_interval_seconds=30.0" in log, log
 
 
 def test_unknown_toml_key_exits_78(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
