@@ -278,7 +278,7 @@ async def test_path_traversal_never_leaves_the_root(stack, tmp_path):
     assert stack.files("queues/q") == []
     assert stack.files("new") == []
     assert stack.files("delay") == []
-    assert sorted(os.listdir(stack.root)) == ["delay", "new", "queues", "remove"]
+    assert sorted(os.listdir(stack.root)) == ["attempts", "delay", "new", "queues", "remove"]
 
 
 MALFORMED_IDS = [
