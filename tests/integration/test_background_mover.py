@@ -98,3 +98,40 @@ async def test_purged_in_flight_messages_go_to_remove_not_back_to_the_queue(tmp_
     assert ready(root, Q) == [f"{after}.1"]
     assert sorted(os.listdir(root / "remove")) == sorted(f"jobs.{i}" for i in before)
     await wait(lambda: mover.log.count("purged queue=jobs id=") == 3, message=lambda: mover.log)
+
+
+async def test_dead_letter_queue_over_http_with_the_full_stack(stack, queue, wait) -> None:
+    dead = f"{queue[:70]}-dead"
+    assert (await stack.request("PUT", f"/{dead}")).status == 201
+    reply = await stack.request(
+        "PUT", f"/{queue}", data=json.dumps({"max_receive_count": 2, "dead_letter_queue": dead})
+    )
+    assert reply.status == 201, reply.body
+    attributes = {"tenant": "acme", "attempt": "first"}
+    reply = await stack.request(
+        "POST",
+        f"/{queue}/messages",
+        data=b"poison pill",
+        headers={"Content-Type": "text/plain", "X-Message-Attributes": json.dumps(attributes)},
+    )
+    assert reply.status == 201, reply.body
+    message_id = reply.header("X-Message-Id")
+
+    # Each receive lets its lease lapse at once (visibility 0); mq-mover redelivers the
+    # first and dead-letters the second, so the third receive waits in vain.
+    for count in (1, 2):
+        reply = await stack.request("GET", f"/{queue}/messages?visibility_timeout_seconds=0&wait_time_seconds=5")
+        assert reply.status == 200, f"{reply.status} {reply.body!r}\n{stack.logs()}"
+        assert reply.header("X-Message-Id") == message_id
+        assert reply.header("X-Receive-Count") == str(count)
+    await wait(lambda: ready(stack.root, dead) == [f"{message_id}.2"], message=stack.logs)
+    reply = await stack.request("GET", f"/{queue}/messages?wait_time_seconds=1")
+    assert reply.status == 204, f"received {reply.header('X-Receive-Count')} times: not dead-lettered"
+
+    reply = await stack.request("GET", f"/{dead}/messages")
+    assert reply.status == 200, reply.body
+    assert reply.body == b"poison pill"
+    assert reply.content_type == "text/plain"
+    assert reply.header("X-Message-Id") == message_id
+    assert reply.header("X-Receive-Count") == "3"
+    assert json.loads(reply.header("X-Message-Attributes") or "{}") == attributes
