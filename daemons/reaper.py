@@ -63,7 +63,7 @@ from daemons._runtime import (
 )
 from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
 from mqcore.errors import MQError
-from mqcore.names import REMOVED_QUEUE_SUFFIX, QueueName
+from mqcore.names import REMOVED_QUEUE_SUFFIX
 from mqcore.protocol import Store
 from mqcore.watch import DirWatcher, open_watcher
 
@@ -291,7 +291,7 @@ class Reaper(WatchedDirDaemon):
         for queue in queues or ():
             if stopped():
                 break
-            moved = await self._step(f"expire_queue queue={queue}", self.store.expire_queue, QueueName(queue), now)
+            moved = await self._step(f"expire_queue queue={queue}", self.store.expire_queue, queue, now)
             swept += 1
             if moved is None:
                 errors += 1
