@@ -1177,6 +1177,7 @@ class Broker:
         await self._in(self.savers, self.store.write_redrive_status, source, status)
         local = self.redrives.get(source)
         if local is not None and local.status.get("task_id") == status.get("task_id"):
+            local.status["cancel_requested_ms"] = now
             local.cancel = True
             local.wake.set()
         logger.info("redrive cancel requested queue=%s task=%s", source, status.get("task_id"))
@@ -1305,6 +1306,8 @@ class Broker:
             return True
         if current.get("state") == "cancelled":
             redrive.cancel = True
+            if "cancel_requested_ms" in current:
+                redrive.status["cancel_requested_ms"] = current["cancel_requested_ms"]
             return True
         return False
 
