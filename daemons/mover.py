@@ -64,7 +64,7 @@ from daemons._runtime import (
 )
 from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
 from mqcore.errors import MQError, QueueNotFound
-from mqcore.names import InFlightName, QueueName, parse_in_flight_name, removed_name
+from mqcore.names import InFlightName, QueueName, parse_in_flight_name
 from mqcore.protocol import LeasePolicy, Store, now_ms
 from mqcore.watch import DirWatcher, open_watcher
 
@@ -244,7 +244,7 @@ class Mover(WatchedDirDaemon):
         policy = self._policy(item.queue, now, policies)
         if policy is not None:
             if policy.is_gone(item.message_id, now):
-                if not remove_in_flight(self.store, item):
+                if not self.store.remove_in_flight(item):
                     return "gone", None
                 purged = policy.purged_before is not None and item.message_id <= policy.purged_before
                 return ("purged" if purged else "expired"), None
@@ -360,27 +360,6 @@ def _log_result(item: InFlightName, result: str | Exception, dead_letter_queue: 
         logger.info("orphaned queue=%s id=%s (queue is gone, moved to remove/)", item.queue, item.message_id)
     else:
         logger.debug("already gone queue=%s id=%s name=%s", item.queue, item.message_id, item.filename)
-
-
-def remove_in_flight(store: Store, item: InFlightName) -> bool:
-    """Rename ``delay/DL.Q.ID.RC`` to ``remove/Q.ID`` (a purged or expired message).
-
-    Not fsynced: if a power cut undoes the rename, the file is back in
-    ``delay/``, already due, and is removed again by the next start-up scan.
-
-    Returns:
-        True if moved, False if the file had already left ``delay/``.
-    Raises:
-        OSError: Any other rename failure (logged; retried at the next rescan).
-    """
-    try:
-        os.rename(
-            store.layout.delay_path(item.filename),
-            store.layout.remove_path(removed_name(item.queue, item.message_id)),
-        )
-    except FileNotFoundError:
-        return False
-    return True
 
 
 async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:

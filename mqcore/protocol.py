@@ -733,8 +733,8 @@ class Store:
             os.rename(src, target)
             return True
         except FileNotFoundError:
-            if os.path.lexists(src):
-                logger.warning("dead-letter queue %s does not exist; message %s stays", dead_letter_queue, message_id)
+            if os.path.lexists(src):  # the caller decides what to do (and logs it)
+                logger.debug("dead-letter queue %s does not exist (message %s)", dead_letter_queue, message_id)
             return False
         except OSError as exc:
             raise _storage_error("rename into the dead-letter queue", exc) from exc
@@ -751,6 +751,19 @@ class Store:
         return self._dead_letter_path(
             self.layout.delay_path(item.filename), dead_letter_queue, item.message_id, item.receive_count
         )
+
+    def remove_in_flight(self, item: InFlightName) -> bool:
+        """Remove a purged or expired in-flight (or delayed) file: ``delay/DL.Q.ID.RC`` -> ``remove/Q.ID`` (mq-mover).
+
+        Not fsynced: if a power cut undoes the rename, the file is back in
+        ``delay/``, already due, and is removed again at the next pass.
+
+        Returns:
+            True if moved, False if the file had already left ``delay/``.
+        Raises:
+            StorageUnavailable: Any other rename failure.
+        """
+        return self._move_to_remove(self.layout.delay_path(item.filename), removed_name(item.queue, item.message_id))
 
     # -- receipt handles ---------------------------------------------------
 
