@@ -99,6 +99,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_048_576
 SHUTDOWN_TIMEOUT_SECONDS = 5.0
 #: How many of this process's leases (and receipt handles) are remembered to make deletes cheap.
 MAX_REMEMBERED_LEASES = 100_000
+#: Queue names whose fetcher is remembered (a cache of crc32 results; cleared when full).
+MAX_CACHED_QUEUE_NAMES = 100_000
 #: Most messages one receive returns (SQS: MaxNumberOfMessages 1-10).
 MAX_RECEIVE_MESSAGES = 10
 #: Most entries of a batch delete or batch change of visibility (SQS: 10).
@@ -327,6 +329,7 @@ class Broker:
         self.leases: OrderedDict[tuple[str, str], _Lease] = OrderedDict()
         self.handles: OrderedDict[str, _Lease] = OrderedDict()
         self.redrives: dict[QueueName, _Redrive] = {}
+        self._fetcher_of: dict[str, Fetcher] = {}
         self.watcher: DirWatcher | None = None
         self.stopping = False
         self._arrivals: dict[QueueName, _Signal] = {}
@@ -384,7 +387,12 @@ class Broker:
 
     def fetcher_for(self, queue: QueueName) -> Fetcher:
         """The fetcher that serves ``queue`` (crc32 of the name modulo the worker count)."""
-        return self.fetchers[zlib.crc32(queue.encode()) % len(self.fetchers)]
+        fetcher = self._fetcher_of.get(queue)
+        if fetcher is None:
+            if len(self._fetcher_of) >= MAX_CACHED_QUEUE_NAMES:
+                self._fetcher_of.clear()
+            fetcher = self._fetcher_of[queue] = self.fetchers[zlib.crc32(queue.encode()) % len(self.fetchers)]
+        return fetcher
 
     async def _in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -1905,6 +1913,14 @@ def make_app(broker: Broker) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=broker.settings.batch_request_limit_bytes)
     app[BROKER] = broker
     router = app.router
+    # aiohttp tries the resources under "/{queue}..." in registration order: the hot ones first.
+    router.add_post("/{queue}/messages", send_message)
+    router.add_get("/{queue}/messages", receive_message, allow_head=False)  # a HEAD must not consume a message
+    router.add_delete("/{queue}/messages/{message_id}", delete_message)
+    router.add_post("/{queue}/messages/batch", send_batch)
+    router.add_post("/{queue}/messages/delete", delete_batch)
+    router.add_post("/{queue}/messages/visibility", visibility_batch)
+    router.add_post("/{queue}/messages/{message_id}/visibility", change_visibility)
     router.add_get("/", list_queues)
     router.add_get("/{queue}", get_queue)
     router.add_put("/{queue}", put_queue)
@@ -1915,13 +1931,6 @@ def make_app(broker: Broker) -> web.Application:
     router.add_post("/{queue}/redrive", start_redrive)
     router.add_get("/{queue}/redrive", get_redrive)
     router.add_delete("/{queue}/redrive", cancel_redrive)
-    router.add_post("/{queue}/messages", send_message)
-    router.add_get("/{queue}/messages", receive_message, allow_head=False)  # a HEAD must not consume a message
-    router.add_post("/{queue}/messages/batch", send_batch)
-    router.add_post("/{queue}/messages/delete", delete_batch)
-    router.add_post("/{queue}/messages/visibility", visibility_batch)
-    router.add_delete("/{queue}/messages/{message_id}", delete_message)
-    router.add_post("/{queue}/messages/{message_id}/visibility", change_visibility)
     return app
 
 
