@@ -1399,6 +1399,12 @@ async def read_json(request: web.Request, max_bytes: int = SMALL_JSON_LIMIT_BYTE
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
 
 
+def _short(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error messages name bad input without echoing all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def query_params(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
     """The query parameters, each given at most once and each one of ``allowed``.
 
@@ -1409,9 +1415,9 @@ def query_params(request: web.Request, allowed: tuple[str, ...]) -> dict[str, st
     for key, value in request.query.items():
         if key not in allowed:
             known = ", ".join(allowed) if allowed else "none"
-            raise InvalidRequest(f"unknown query parameter {key!r} (known: {known})", parameter=key)
+            raise InvalidRequest(f"unknown query parameter {_short(key)} (known: {known})", parameter=key[:80])
         if key in out:
-            raise InvalidRequest(f"query parameter {key!r} is given more than once", parameter=key)
+            raise InvalidRequest(f"query parameter {_short(key)} is given more than once", parameter=key[:80])
         out[key] = value
     return out
 
@@ -1426,7 +1432,7 @@ def int_param(params: dict[str, str], name: str, low: int, high: int) -> int | N
     if text is None:
         return None
     if not _DIGITS_RE.fullmatch(text) or not low <= int(text) <= high:
-        raise InvalidRequest(f"{name} must be an integer {low}-{high}, got {text!r}", parameter=name)
+        raise InvalidRequest(f"{name} must be an integer {low}-{high}, got {_short(text)}", parameter=name)
     return int(text)
 
 
@@ -1440,7 +1446,9 @@ def int_field(obj: dict[str, Any], name: str, low: int, high: int, where: str) -
     if value is None:
         return None
     if type(value) is not int or not low <= value <= high:
-        raise InvalidRequest(f"{where}{name} must be an integer {low}-{high}, got {value!r}", field=f"{where}{name}")
+        raise InvalidRequest(
+            f"{where}{name} must be an integer {low}-{high}, got {_short(value)}", field=f"{where}{name}"
+        )
     return value
 
 
@@ -1449,7 +1457,8 @@ def check_keys(obj: dict[str, Any], allowed: tuple[str, ...], where: str) -> Non
     for key in obj:
         if key not in allowed:
             raise InvalidRequest(
-                f"unknown key {key!r} in {where} (known: {', '.join(allowed)})", field=f"{where}.{key}"
+                f"unknown key {_short(key)} in {where} (known: {', '.join(allowed)})",
+                field=f"{where}.{key}"[:120],
             )
 
 
@@ -1481,11 +1490,11 @@ def batch_entries(body: Any, key: str, limit: int, *, default_ids: bool) -> list
         entry_id = item.get("id", str(i) if default_ids else None)
         if not isinstance(entry_id, str) or not _ENTRY_ID_RE.fullmatch(entry_id):
             raise InvalidRequest(
-                f"{key}[{i}].id must be 1-80 characters of A-Z, a-z, 0-9, '-', '_', got {entry_id!r}",
+                f"{key}[{i}].id must be 1-80 characters of A-Z, a-z, 0-9, '-', '_', got {_short(entry_id)}",
                 field=f"{key}[{i}].id",
             )
         if entry_id in seen:
-            raise InvalidRequest(f"entry id {entry_id!r} is used more than once", field=f"{key}[{i}].id")
+            raise InvalidRequest(f"entry id {_short(entry_id)} is used more than once", field=f"{key}[{i}].id")
         seen.add(entry_id)
         out.append((entry_id, item))
     return out
