@@ -192,3 +192,29 @@ async def test_stopping_mq_answers_waiting_receives_and_senders_at_once(stack, q
     assert time.monotonic() - start < 3, stack.mq.log_tail()
     with pytest.raises(aiohttp.ClientConnectionError):
         await http.get(f"{url}/{queue}")
+
+
+NO_INOTIFY = pytest.mark.parametrize(
+    "stack",
+    [{"env": {"MQ_NO_INOTIFY": "1"}, "mq_args": ["--rescan-interval", "0.5"], "mover": False, "reaper": False}],
+    indirect=True,
+)
+
+
+@NO_INOTIFY
+async def test_without_inotify_a_rescan_wakes_the_waiter(stack, queue, daemons, http):
+    """What a shared filesystem gets: a message published by another host is found by the next rescan."""
+    await stack.create_queue(queue)
+    other = daemons.start("mq", "--root", stack.root, "--port", "0", env={"MQ_NO_INOTIFY": "1"})
+    waiter = await started(stack, queue, 10)
+    sent = time.perf_counter()
+    async with http.post(f"{other.url}/{queue}/messages", data=b"over nfs") as resp:
+        assert resp.status == 201
+    got, arrived = await asyncio.wait_for(waiter, 10)
+    assert got.status == 200 and got.body == b"over nfs"
+    assert arrived - sent < 2.0, f"{arrived - sent:.2f} s with a 0.5 s rescan interval"
+    async with http.put(f"{other.url}/{queue}/attributes", json={"receive_wait_seconds": 1}) as resp:
+        assert resp.status == 200
+    await asyncio.sleep(1.2)  # the next rescan re-reads the attributes too
+    reply = await stack.request("GET", f"/{queue}/attributes")
+    assert reply.json["attributes"]["receive_wait_seconds"] == 1

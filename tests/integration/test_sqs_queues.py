@@ -400,3 +400,21 @@ async def test_a_running_redrive_not_updated_for_10_s_is_reported_failed(stack, 
     reply = await post_json(stack, f"/{dlq}/redrive")  # a new task may start at once
     assert reply.status == 202 and reply.json["task"]["task_id"] != "deadbeef"
     await wait_redrive(stack, dlq, "completed")
+
+
+async def test_attribute_changes_through_another_daemon_apply(stack, queue, daemons, http, wait):
+    """The cached attributes of one mq follow changes made through another (inotify on .attributes)."""
+    await stack.create_queue(queue)
+    await stats(stack, queue)  # this daemon has loaded (and cached) the queue
+    other = daemons.start("mq", "--root", stack.root, "--port", "0")
+    async with http.put(f"{other.url}/{queue}/attributes", json={"visibility_timeout_seconds": 2}) as resp:
+        assert resp.status == 200
+
+    async def seen() -> bool:
+        reply = await stack.request("GET", f"/{queue}/attributes")
+        return reply.json["attributes"]["visibility_timeout_seconds"] == 2
+
+    await wait(seen, timeout=2, message="the change made through the other daemon was not seen")
+    await stack.send(queue, b"x")
+    reply = await stack.receive(queue)
+    assert int(reply.header("X-Visibility-Deadline")) - int(reply.header("X-First-Receive-Timestamp")) == 2000
