@@ -326,12 +326,12 @@ async def test_redrive_rate_conflict_cancel_destination_and_skips(stack, queue):
     reply = await post_json(stack, f"/{dlq}/redrive", {"destination": dest, "max_messages_per_second": 2})
     assert reply.status == 202, reply.body
     assert_error(await post_json(stack, f"/{dlq}/redrive", {}), 409, "redrive_in_progress", "second start")
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(0.8)
     cancel = await stack.request("DELETE", f"/{dlq}/redrive")
     assert cancel.status == 200 and cancel.json["task"]["state"] == "cancelled", cancel.body
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.3)
     final = (await stack.request("GET", f"/{dlq}/redrive")).json["task"]
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.7)  # at 2 messages/s a task still running would move one more meanwhile
     stopped = (await stack.request("GET", f"/{dlq}/redrive")).json["task"]
     assert stopped == final and stopped["state"] == "cancelled", (final, stopped)  # the task has ended
     assert 1 <= stopped["moved"] < 5, stopped  # 2/s: some, not all
@@ -368,9 +368,9 @@ async def test_redrive_cancelled_through_another_daemon_stops(stack, queue, daem
     await asyncio.sleep(0.6)
     async with http.delete(f"{other.url}/{dlq}/redrive") as resp:
         assert resp.status == 200 and (await resp.json())["task"]["state"] == "cancelled"
-    await asyncio.sleep(1.2)  # the running task looks at the status file at least every second
+    await asyncio.sleep(1.1)  # the running task looks at the status file at least every second
     final = (await stack.request("GET", f"/{dlq}/redrive")).json["task"]
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.7)  # at 2 messages/s a task still running would move one more meanwhile
     stopped = (await stack.request("GET", f"/{dlq}/redrive")).json["task"]
     assert stopped == final and stopped["state"] == "cancelled", (final, stopped)
     assert 1 <= stopped["moved"] < 6 and (await stats(stack, dest))["ready"] == stopped["moved"]
