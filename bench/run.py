@@ -28,7 +28,7 @@ all figures, the machine, and the bars: sends at 64 clients / disk loop at 64
 threads (>= 1.0) and deep cycles / shallow cycles (>= 0.8). Progress goes to
 stderr. Usage, from the repository root::
 
-    .venv/bin/python bench/run.py                 # full run, about 6 minutes
+    .venv/bin/python bench/run.py                 # full run, about 9 minutes
     .venv/bin/python bench/run.py --quick         # 3 s steps, 10,000-deep queue
     .venv/bin/python bench/run.py --steps sends,batch_sends,receive,batch_receive   # batches vs single
     .venv/bin/python bench/run.py --url http://127.0.0.1:8080 --root /var/lib/mq
