@@ -261,6 +261,7 @@ class Store:
             except OSError as exc:
                 raise _storage_error("fsync of queues/", exc) from exc
             return False
+        self._check_redrive_policy(explicit)
         self._check_dead_letter_queue(queue, explicit.get("dead_letter_queue"))
         created_ms = now if now is not None else now_ms()
         staging = os.path.join(self.layout.queues, f".{queue}.{uuid.uuid4().hex}{STAGING_SUFFIX}")
@@ -297,6 +298,13 @@ class Store:
         if differ:
             raise QueueNameExists(
                 f"queue {queue!r} exists with other values of {', '.join(differ)}", queue=queue, attributes=differ
+            )
+
+    @staticmethod
+    def _check_redrive_policy(explicit: dict[str, Any]) -> None:
+        if explicit.get("max_receive_count") is not None and explicit.get("dead_letter_queue") is None:
+            raise InvalidAttribute(
+                "max_receive_count needs a dead_letter_queue (SQS: RedrivePolicy sets both)", name="max_receive_count"
             )
 
     def _check_dead_letter_queue(self, queue: QueueName, dead_letter_queue: str | None) -> None:
@@ -364,6 +372,7 @@ class Store:
                 explicit.pop(key, None)
             else:
                 explicit[key] = value
+        self._check_redrive_policy(explicit)
         stamp = now if now is not None else now_ms()
         meta = {
             "version": 1,
@@ -728,7 +737,8 @@ class Store:
 
     def _dead_letter_path(self, src: str, dead_letter_queue: QueueName, message_id: MessageId, count: int) -> bool:
         """Rename ``src`` to ``queues/DLQ/ID.RC``; False if ``src`` is gone or the dead-letter queue does not exist."""
-        target = os.path.join(self.layout.queue_dir(dead_letter_queue), ready_name(message_id, count))
+        new_id = self._id_outside_purge(dead_letter_queue, message_id)
+        target = os.path.join(self.layout.queue_dir(dead_letter_queue), ready_name(new_id, count))
         try:
             os.rename(src, target)
             return True
@@ -738,6 +748,22 @@ class Store:
             return False
         except OSError as exc:
             raise _storage_error("rename into the dead-letter queue", exc) from exc
+
+    def _id_outside_purge(self, queue: QueueName, message_id: MessageId) -> MessageId:
+        """The id a message moved into ``queue`` must have so that ``queue``'s purge marker does not cover it.
+
+        A purge covers ids up to its marker, and a dead-lettered or redriven
+        message keeps its (older) id; moved into a queue purged after it was
+        sent, it would be removed as purged. Such a message gets a fresh id
+        instead (the file name is the only place the id lives), so it is
+        placed after the messages already there.
+        """
+        purged = self.purged_before(queue)
+        if purged is None or message_id > purged:
+            return message_id
+        new_id = self.ids.next_id()
+        logger.info("new id for a message moved into purged queue=%s id=%s new_id=%s", queue, message_id, new_id)
+        return new_id
 
     def dead_letter(self, item: InFlightName, dead_letter_queue: QueueName) -> bool:
         """Dead-letter a due in-flight message: ``delay/DL.Q.ID.RC`` -> ``queues/DLQ/ID.RC`` (mq-mover).
@@ -1165,8 +1191,9 @@ class Store:
             except ValueError:
                 return None
         qdir = self.layout.queue_dir(dest)
+        new_id = self._id_outside_purge(dest, parsed[0])
         try:
-            os.rename(src, os.path.join(qdir, ready_name(parsed[0], 0)))
+            os.rename(src, os.path.join(qdir, ready_name(new_id, 0)))
         except FileNotFoundError:
             return None
         except OSError as exc:

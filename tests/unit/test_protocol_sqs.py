@@ -372,3 +372,32 @@ def test_lease_policy_rules() -> None:
     policy = LeasePolicy(max_receive_count=3, dead_letter_queue=DLQ, retention_ms=1000, purged_before=None)
     assert policy.dead_letter_for(2) is None and policy.dead_letter_for(3) == DLQ
     assert LeasePolicy().dead_letter_for(100) is None
+
+
+def test_messages_moved_into_a_queue_purged_after_their_send_are_kept(store: Store) -> None:
+    store.set_attributes(Q, {"dead_letter_queue": DLQ, "max_receive_count": 1})
+    mid = store.send(Q, b"poison")
+    store.purge(DLQ)  # the dead-letter queue was purged after the message was sent
+    receive(store, vt_ms=0)
+    [item] = store.scan_in_flight()
+    assert store.dead_letter(item, DLQ)
+    dead = receive(store, DLQ, vt_ms=0, policy=store.policy(DLQ))
+    assert dead is not None and dead.body == b"poison"
+    assert dead.message_id > mid  # a fresh id, after the purge point
+    [item] = store.scan_in_flight()
+    store.redeliver(item)
+    store.purge(Q)  # and the source queue was purged before the redrive
+    [name] = messages(store, f"queues/{DLQ}")
+    assert store.redrive_one(DLQ, name) == Q
+    back = receive(store, policy=store.policy(Q))
+    assert back is not None and back.body == b"poison"
+
+
+def test_max_receive_count_needs_a_dead_letter_queue(store: Store) -> None:
+    with pytest.raises(InvalidAttribute) as info:
+        store.create_queue(QueueName("jobs"), {"max_receive_count": 3})
+    assert info.value.details["name"] == "max_receive_count"
+    store.set_attributes(Q, {"dead_letter_queue": DLQ, "max_receive_count": 3})
+    with pytest.raises(InvalidAttribute):
+        store.set_attributes(Q, {"dead_letter_queue": None})
+    assert store.set_attributes(Q, {"dead_letter_queue": None, "max_receive_count": None}) == {}
