@@ -1,14 +1,17 @@
 """docs/api.md and docs/openapi.yaml document every route that mq serves.
 
-PyYAML is not a dependency of the project, so openapi.yaml is read with a small
-line-based reader of its ``paths:`` block (two-space indentation, as written):
-``  /path:`` lines name paths and ``    method:`` lines under them name operations.
+openapi.yaml is parsed with PyYAML and checked against the OpenAPI 3.1 schema
+by openapi-spec-validator; api.md is searched for `` `METHOD /path` `` mentions.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
+
+import yaml
+from openapi_spec_validator import validate
 
 from daemons.front import Broker, Settings, make_app
 
@@ -21,28 +24,19 @@ def _normalize(path: str) -> str:
     return re.sub(r"\{[^}]*\}", "{}", path)
 
 
-def openapi_operations(text: str) -> set[tuple[str, str]]:
-    """(METHOD, normalized path) of every operation under ``paths:`` in openapi.yaml."""
-    ops: set[tuple[str, str]] = set()
-    in_paths = False
-    path = None
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if not line.startswith(" "):
-            in_paths = line.rstrip() == "paths:"
-            path = None
-            continue
-        if not in_paths:
-            continue
-        m = re.fullmatch(r"  (/\S*):\s*", line)
-        if m:
-            path = _normalize(m.group(1))
-            continue
-        m = re.fullmatch(r"    ([a-z]+):\s*", line)
-        if m and path is not None and m.group(1) in METHODS:
-            ops.add((m.group(1).upper(), path))
-    return ops
+def load_openapi() -> dict[str, Any]:
+    """docs/openapi.yaml as a dict."""
+    return yaml.safe_load((DOCS / "openapi.yaml").read_text())
+
+
+def openapi_operations(spec: dict[str, Any]) -> set[tuple[str, str]]:
+    """(METHOD, normalized path) of every operation under ``paths``."""
+    return {
+        (method.upper(), _normalize(path))
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in METHODS
+    }
 
 
 def api_md_operations(text: str) -> set[tuple[str, str]]:
@@ -66,8 +60,10 @@ async def served_operations(root: Path) -> set[tuple[str, str]]:
         await broker.close()
 
 
-def test_openapi_reader_finds_the_paths_block() -> None:
-    ops = openapi_operations((DOCS / "openapi.yaml").read_text())
+def test_openapi_document_is_valid_openapi() -> None:
+    spec = load_openapi()
+    validate(spec)  # raises on any violation of the OpenAPI schema
+    ops = openapi_operations(spec)
     assert ("GET", "/") in ops
     assert ("DELETE", "/{}/messages/{}") in ops
     assert len(ops) >= 17
@@ -75,7 +71,7 @@ def test_openapi_reader_finds_the_paths_block() -> None:
 
 def test_api_md_and_openapi_document_the_same_operations() -> None:
     in_md = api_md_operations((DOCS / "api.md").read_text())
-    in_yaml = openapi_operations((DOCS / "openapi.yaml").read_text())
+    in_yaml = openapi_operations(load_openapi())
     assert in_yaml - in_md == set(), "in openapi.yaml, not in api.md"
     assert in_md - in_yaml == set(), "in api.md, not in openapi.yaml"
 
@@ -83,7 +79,7 @@ def test_api_md_and_openapi_document_the_same_operations() -> None:
 async def test_every_served_route_is_documented(tmp_path: Path) -> None:
     served = await served_operations(tmp_path)
     assert ("POST", "/{}/messages") in served
-    in_yaml = openapi_operations((DOCS / "openapi.yaml").read_text())
+    in_yaml = openapi_operations(load_openapi())
     in_md = api_md_operations((DOCS / "api.md").read_text())
     assert sorted(served - in_yaml) == [], "routes missing from docs/openapi.yaml"
     assert sorted(served - in_md) == [], "routes missing from docs/api.md"
@@ -91,5 +87,5 @@ async def test_every_served_route_is_documented(tmp_path: Path) -> None:
 
 async def test_every_documented_route_is_served(tmp_path: Path) -> None:
     served = await served_operations(tmp_path)
-    in_yaml = openapi_operations((DOCS / "openapi.yaml").read_text())
+    in_yaml = openapi_operations(load_openapi())
     assert sorted(in_yaml - served) == [], "documented in openapi.yaml but not served"
