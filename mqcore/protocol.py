@@ -232,7 +232,13 @@ class Store:
         """True if ``queues/<queue>`` is a directory."""
         return os.path.isdir(self.layout.queue_dir(queue))
 
-    def create_queue(self, queue: QueueName, attributes: dict[str, Any] | None = None, now: int | None = None) -> bool:
+    def create_queue(
+        self,
+        queue: QueueName,
+        attributes: dict[str, Any] | None = None,
+        now: int | None = None,
+        defaults: QueueAttributes | None = None,
+    ) -> bool:
         """Create ``queues/<queue>`` with its attributes; return False if it already existed (idempotent).
 
         A new queue is built as ``queues/.Q.TOKEN.creating`` holding its
@@ -245,17 +251,19 @@ class Store:
             queue: The queue name.
             attributes: Explicit queue attributes (``mqcore.attributes`` keys), or None.
             now: Creation time, epoch ms (defaults to the wall clock).
+            defaults: The caller's defaults for keys the queue does not set (used to
+                compare ``attributes`` with an existing queue's effective values).
         Raises:
             InvalidQueueName: Bad name.
             InvalidAttribute: Bad attributes, or a dead-letter queue that does not exist or is the queue itself.
-            QueueNameExists: The queue exists and one of ``attributes`` differs from its explicit value
+            QueueNameExists: The queue exists and one of ``attributes`` differs from its effective value
                 (SQS: CreateQueue with other attributes fails with QueueNameExists).
             StorageUnavailable: The directory could not be made durable.
         """
         path = self.layout.queue_dir(queue)
         explicit = {k: v for k, v in check_changes(attributes or {}).items() if v is not None}
         if os.path.isdir(path):
-            self._check_same_attributes(queue, explicit)
+            self._check_same_attributes(queue, explicit, defaults)
             try:  # its creator may have died before its fsync of queues/: sync again
                 self._sync_dir(self.layout.queues)
             except OSError as exc:
@@ -282,7 +290,7 @@ class Store:
                 raise _storage_error("rename of the new queue directory", exc) from exc
             if not os.path.isdir(path):
                 raise MQError(f"queues/{queue} exists but is not a directory; remove it by hand", queue=queue) from None
-            self._check_same_attributes(queue, explicit)
+            self._check_same_attributes(queue, explicit, defaults)
             created = False  # its creator may have died before the fsync below: sync again
         try:
             self._sync_dir(self.layout.queues)
@@ -290,11 +298,13 @@ class Store:
             raise _storage_error("fsync of queues/", exc) from exc
         return created
 
-    def _check_same_attributes(self, queue: QueueName, explicit: dict[str, Any]) -> None:
+    def _check_same_attributes(
+        self, queue: QueueName, explicit: dict[str, Any], defaults: QueueAttributes | None
+    ) -> None:
         if not explicit:
             return
-        stored = self.get_attributes(queue)
-        differ = sorted(k for k, v in explicit.items() if stored.get(k) != v)
+        current = effective(self.get_attributes(queue), defaults or QueueAttributes()).to_json()
+        differ = sorted(k for k, v in explicit.items() if current.get(k) != v)
         if differ:
             raise QueueNameExists(
                 f"queue {queue!r} exists with other values of {', '.join(differ)}", queue=queue, attributes=differ

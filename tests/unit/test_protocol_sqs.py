@@ -401,3 +401,11 @@ def test_max_receive_count_needs_a_dead_letter_queue(store: Store) -> None:
     with pytest.raises(InvalidAttribute):
         store.set_attributes(Q, {"dead_letter_queue": None})
     assert store.set_attributes(Q, {"dead_letter_queue": None, "max_receive_count": None}) == {}
+
+
+def test_create_compares_given_attributes_with_effective_values(store: Store) -> None:
+    assert store.create_queue(Q, {"delay_seconds": 0}) is False  # the default: no conflict
+    daemon = QueueAttributes(visibility_timeout_seconds=45)
+    assert store.create_queue(Q, {"visibility_timeout_seconds": 45}, defaults=daemon) is False
+    with pytest.raises(QueueNameExists):
+        store.create_queue(Q, {"visibility_timeout_seconds": 30}, defaults=daemon)
