@@ -591,11 +591,11 @@ class Broker:
             (created, effective attributes); created is False if it existed.
         Raises:
             InvalidAttribute: A bad key or value, or a dead-letter queue that does not exist.
-            QueueNameExists: It exists with other explicit values of the given keys (409).
+            QueueNameExists: It exists and a given key differs from its effective value (409).
         """
 
         def create() -> tuple[bool, dict[str, Any]]:
-            created = self.store.create_queue(queue, attributes or None)
+            created = self.store.create_queue(queue, attributes or None, defaults=self.defaults)
             return created, self.store.get_attributes(queue)
 
         created, explicit = await self._in(self.savers, create)

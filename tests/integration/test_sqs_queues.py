@@ -85,6 +85,10 @@ async def test_create_with_attributes_and_read_them_back(stack, queue):
     body = assert_error(await put_json(stack, f"/{queue}", {"delay_seconds": 4}), 409, "queue_name_exists")
     assert body["details"]["attributes"] == ["delay_seconds"]
     assert (await stack.request("GET", f"/{queue}/attributes")).json["attributes"] == attrs
+    # Values are compared with the effective ones: the daemon's defaults count as set.
+    same = await put_json(stack, f"/{dlq}", {"visibility_timeout_seconds": 30, "delay_seconds": 0})
+    assert same.status == 201 and same.json["created"] is False, same.body
+    assert_error(await put_json(stack, f"/{dlq}", {"visibility_timeout_seconds": 31}), 409, "queue_name_exists")
 
 
 async def test_bad_attributes_are_400_and_create_nothing(stack, queue):
@@ -128,6 +132,8 @@ async def test_set_attributes_merges_and_null_resets(stack, queue):
 async def test_attributes_default_to_the_daemon_options_and_survive_a_restart(stack, queue):
     defaults = (await put_json(stack, f"/{queue[:60]}-plain", {})).json["attributes"]
     assert (defaults["visibility_timeout_seconds"], defaults["max_message_bytes"]) == (7, 5000)
+    same = await put_json(stack, f"/{queue[:60]}-plain", {"visibility_timeout_seconds": 7})
+    assert same.status == 201 and same.json["created"] is False, "the daemon's default is the queue's value"
     reply = await put_json(stack, f"/{queue}", {"visibility_timeout_seconds": 2, "max_message_bytes": 100_000})
     assert reply.status == 201, reply.body
     assert reply.json["attributes"]["max_message_bytes"] == 5000  # --max-message-size caps the queue's limit
