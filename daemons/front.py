@@ -1193,13 +1193,24 @@ class Broker:
 
     def _redrive_names(
         self, source: QueueName, names: list[str], destination: QueueName | None
-    ) -> list[tuple[str, QueueName | None, bool]]:
-        """Fetcher thread: redrive each name; (name, destination or None, still in the dead-letter queue)."""
+    ) -> list[tuple[str, QueueName | None, str | None, bool]]:
+        """Fetcher thread: redrive each name.
+
+        Returns:
+            Per name: (name, destination or None, its ready name there if it kept its id,
+            still in the dead-letter queue). A message moved into a queue purged after its
+            send gets a fresh id (Store.redrive_one): inotify or a rescan indexes that one.
+        """
         out = []
         qdir = self.store.layout.queue_dir(source)
         for name in names:
             dest = self.store.redrive_one(source, name, destination)
-            out.append((name, dest, dest is None and os.path.lexists(os.path.join(qdir, name))))
+            if dest is None:
+                out.append((name, None, None, os.path.lexists(os.path.join(qdir, name))))
+                continue
+            same = ready_name(MessageId(name.partition(".")[0]), 0)
+            kept = os.path.lexists(os.path.join(self.store.layout.queue_dir(dest), same))
+            out.append((name, dest, same if kept else None, False))
         return out
 
     async def _redrive_step(
@@ -1221,12 +1232,13 @@ class Broker:
                 return None
             results = await self._in(fetcher.thread, self._redrive_names, source, names, destination)
         moved = newly_skipped = 0
-        for name, dest, stays in results:
+        for name, dest, ready, stays in results:
             if dest is not None:
                 moved += 1
-                parsed = parse_ready_name(name)
-                if parsed is not None:
-                    self._note_ready(dest, ready_name(parsed[0], 0))
+                if ready is not None:
+                    self._note_ready(dest, ready)
+                else:
+                    self._fire(self._arrivals, dest)
             elif stays:
                 newly_skipped += 1
                 skipped.add(name)

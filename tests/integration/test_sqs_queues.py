@@ -8,6 +8,7 @@ Real daemons as subprocesses (mq-mover dead-letters and redelivers), real HTTP, 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 
@@ -424,3 +425,28 @@ async def test_attribute_changes_through_another_daemon_apply(stack, queue, daem
     await stack.send(queue, b"x")
     reply = await stack.receive(queue)
     assert int(reply.header("X-Visibility-Deadline")) - int(reply.header("X-First-Receive-Timestamp")) == 2000
+
+
+async def _ready_is(stack, queue: str, count: int) -> bool:
+    return (await stats(stack, queue))["ready"] == count
+
+
+async def test_redrive_into_a_queue_purged_after_the_send_keeps_the_messages(stack, queue, wait):
+    """Redriven messages keep their id unless the destination was purged after their send: then they
+    get a fresh one (a purge must not swallow what a redrive restores) and are still counted once."""
+    dlq, dest = f"{queue[:60]}-dlq", f"{queue[:60]}-dest"
+    for name in (dlq, dest):
+        await stack.create_queue(name)
+    bodies = [b"r%d" % i for i in range(3)]
+    ids = [await stack.send(dlq, body) for body in bodies]
+    assert (await post_json(stack, f"/{dest}/purge")).status == 200
+    assert (await post_json(stack, f"/{dlq}/redrive", {"destination": dest})).status == 202
+    done = await wait_redrive(stack, dlq, "completed")
+    assert done["moved"] == 3
+    await wait(lambda: _ready_is(stack, dest, 3), timeout=5, message="the moved messages were not indexed")
+    await asyncio.sleep(0.2)
+    assert (await stats(stack, dest))["ready"] == 3  # each counted once: no guessed names in the index
+    got = (await stack.request("GET", f"/{dest}/messages?max_messages=10")).json["messages"]
+    assert [base64.b64decode(m["body_base64"]) for m in got] == bodies
+    assert not {m["message_id"] for m in got} & set(ids)
+    assert (await stats(stack, dest))["ready"] == 0
