@@ -19,6 +19,7 @@ Extensions (issue 3; optional files, a root without them is valid)::
     queues/Q/.attributes     the queue's explicitly set attributes (JSON)
     queues/Q/.purge          purge marker: messages with ids <= purged_before_id are gone
     queues/Q/.redrive        status of the redrive task out of Q (a dead-letter queue)
+    queues/Q/.redrive-cancel request to cancel the redrive task named in it
     queues/Q/.NAME.TOKEN.tmp one of the above being written (renamed over it)
     queues/.Q.TOKEN.creating a queue being created with its attributes (renamed to queues/Q)
     delay/DL.Q.ID.0          a delayed send (receive count 0), invisible until DL
@@ -59,6 +60,7 @@ ATTEMPTS_DIR = "attempts"
 ATTRIBUTES_FILE = ".attributes"
 PURGE_FILE = ".purge"
 REDRIVE_FILE = ".redrive"
+REDRIVE_CANCEL_FILE = ".redrive-cancel"
 #: Suffix of a queue directory being created, inside ``queues/``.
 STAGING_SUFFIX = ".creating"
 #: How long a receive request attempt id is remembered, in ms (SQS: 5 minutes).

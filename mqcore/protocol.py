@@ -43,6 +43,7 @@ from mqcore.errors import (
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
     ATTEMPT_WINDOW_MS,
+    REDRIVE_CANCEL_FILE,
     REMOVED_QUEUE_SUFFIX,
     STAGING_SUFFIX,
     IdGenerator,
@@ -1241,6 +1242,26 @@ class Store:
             StorageUnavailable: The file could not be written.
         """
         self._replace_json(self.layout.queue_dir(queue), ".redrive", status)
+
+    def request_redrive_cancel(self, queue: QueueName, task_id: str, now: int | None = None) -> None:
+        """Ask the daemon running redrive ``task_id`` out of ``queue`` to stop (``queues/Q/.redrive-cancel``).
+
+        A file of its own, so the request cannot be overwritten by the
+        running task's next status write (which a read-modify-write of
+        ``.redrive`` would allow). The task checks it at every status write.
+
+        Raises:
+            QueueNotFound: The queue was deleted.
+            StorageUnavailable: The file could not be written.
+        """
+        stamp = now if now is not None else now_ms()
+        self._replace_json(
+            self.layout.queue_dir(queue), REDRIVE_CANCEL_FILE, {"task_id": task_id, "requested_ms": stamp}
+        )
+
+    def redrive_cancel_request(self, queue: QueueName) -> dict[str, Any] | None:
+        """The cancel request of ``queue``'s redrive (``{"task_id", "requested_ms"}``), or None."""
+        return self._read_json(os.path.join(self.layout.queue_dir(queue), REDRIVE_CANCEL_FILE))
 
     # -- counts and sweeps (mq, mq-reaper) ------------------------------------
 

@@ -409,3 +409,12 @@ def test_create_compares_given_attributes_with_effective_values(store: Store) ->
     assert store.create_queue(Q, {"visibility_timeout_seconds": 45}, defaults=daemon) is False
     with pytest.raises(QueueNameExists):
         store.create_queue(Q, {"visibility_timeout_seconds": 30}, defaults=daemon)
+
+
+def test_a_redrive_cancel_request_is_a_file_of_its_own(store: Store) -> None:
+    assert store.redrive_cancel_request(DLQ) is None
+    store.write_redrive_status(DLQ, {"task_id": "t1", "state": "running"})
+    store.request_redrive_cancel(DLQ, "t1", now=5)
+    store.write_redrive_status(DLQ, {"task_id": "t1", "state": "running", "moved": 3})  # the task's next write
+    assert store.redrive_cancel_request(DLQ) == {"task_id": "t1", "requested_ms": 5}
+    assert store.read_redrive_status(DLQ) == {"task_id": "t1", "state": "running", "moved": 3}
