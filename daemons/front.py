@@ -65,6 +65,7 @@ from mqcore.errors import (
     QueueFull,
     QueueNotFound,
     RedriveInProgress,
+    RedriveNotRunning,
     StorageUnavailable,
 )
 from mqcore.index import ReadyIndex
@@ -133,13 +134,6 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}")
 _ATTEMPT_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 _CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,1024}")
 _DIGITS_RE = re.compile(r"[0-9]{1,10}")
-
-
-class RedriveNotRunning(MQError):
-    """``DELETE /<queue>/redrive`` while no redrive out of that queue is running (HTTP 404)."""
-
-    code = "redrive_not_running"
-    status = 404
 
 
 @dataclass(frozen=True, slots=True)

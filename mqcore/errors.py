@@ -175,3 +175,14 @@ class RedriveInProgress(MQError):
 
     code = "redrive_in_progress"
     status = 409
+
+
+class RedriveNotRunning(MQError):
+    """``DELETE /<queue>/redrive`` while no redrive out of that queue is running (HTTP 404).
+
+    Running means a status "running" rewritten within the last 10 s by the
+    daemon running the task; a finished, cancelled or stale task is not.
+    """
+
+    code = "redrive_not_running"
+    status = 404
