@@ -1,0 +1,639 @@
+"""The HTTP side of the ``mq`` daemon: request parsing and checks, the error middleware, the route handlers.
+
+Each handler checks its request (path, query parameters, headers, JSON body:
+the strict rules of ``docs/api.md``) with the helpers here, calls one
+:class:`daemons._broker.Broker` method and shapes the answer. Every error
+becomes a status and a JSON body in :func:`errors_middleware`. The routes
+themselves are registered by :func:`daemons.front.make_app`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from daemons._broker import Broker
+from daemons._redrive import DEFAULT_REDRIVE_RATE, MAX_REDRIVE_RATE
+from mqcore.attributes import (
+    MAX_DELAY_SECONDS,
+    MAX_VISIBILITY_TIMEOUT_SECONDS,
+    MAX_WAIT_SECONDS,
+    attributes_size,
+    check_message_attributes,
+)
+from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable
+from mqcore.model import ReceivedMessage
+from mqcore.names import check_message_id, check_queue_name
+from mqcore.protocol import SendEntry
+
+logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
+
+#: Most messages one receive returns (SQS: MaxNumberOfMessages 1-10).
+MAX_RECEIVE_MESSAGES = 10
+#: Most entries of a batch delete or batch change of visibility (SQS: 10).
+MAX_HANDLE_BATCH = 10
+#: Longest receive request attempt id, in characters (SQS: ReceiveRequestAttemptId 1-128).
+MAX_ATTEMPT_ID_CHARS = 128
+#: Largest JSON body of the small JSON endpoints (attributes, visibility, batch delete), in bytes.
+SMALL_JSON_LIMIT_BYTES = 65_536
+#: Longest Content-Type of a batch send entry, in characters.
+MAX_CONTENT_TYPE_CHARS = 1024
+
+_ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}")
+_ATTEMPT_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
+_CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,1024}")
+_DIGITS_RE = re.compile(r"[0-9]{1,10}")
+
+BROKER = web.AppKey("broker", Broker)
+
+
+def _json_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": code, "message": message}, status=status, headers=headers)
+
+
+@web.middleware
+async def errors_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn every error into a status plus a JSON body ``{"error": code, "message": ...}``.
+
+    Retriable errors (503 storage_unavailable, 429 queue_full) carry ``Retry-After`` in seconds.
+    """
+    try:
+        return await handler(request)
+    except MQError as exc:
+        headers = {}
+        retry_after = getattr(exc, "retry_after_seconds", None)
+        if retry_after is not None:
+            headers["Retry-After"] = str(retry_after)
+        if isinstance(exc, StorageUnavailable):
+            logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
+        return web.json_response(exc.to_json(), status=exc.status, headers=headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed", 413: "message_too_large"}.get(exc.status, "http_error")
+        return _json_error(exc.status, code, exc.reason or "error")
+    except Exception:
+        logger.exception("internal error method=%s path=%s", request.method, request.path)
+        return _json_error(500, "internal_error", "internal error; see the server log")
+
+
+async def read_body(request: web.Request, max_bytes: int) -> bytes:
+    """Read the request body, at most ``max_bytes`` bytes (stops reading as soon as it is over).
+
+    Raises:
+        MessageTooLarge: Content-Length or the bytes received exceed ``max_bytes``.
+    """
+    if request.content_length is not None:
+        if request.content_length > max_bytes:
+            raise MessageTooLarge(request.content_length, max_bytes)
+        return await request.read()
+    chunks = bytearray()
+    while True:
+        chunk = await request.content.readany()
+        if not chunk:
+            return bytes(chunks)
+        chunks += chunk
+        if len(chunks) > max_bytes:
+            raise MessageTooLarge(len(chunks), max_bytes)
+
+
+async def read_json(request: web.Request, max_bytes: int = SMALL_JSON_LIMIT_BYTES, *, required: bool = True) -> Any:
+    """The request body parsed as JSON; None for an empty body when not ``required``.
+
+    Raises:
+        MessageTooLarge: Body over ``max_bytes`` (413).
+        InvalidRequest: Empty (when required) or not valid JSON (400).
+    """
+    raw = await read_body(request, max_bytes)
+    if not raw.strip():
+        if required:
+            raise InvalidRequest("a JSON body is required")
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error messages name bad input without echoing all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def query_params(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The query parameters, each given at most once and each one of ``allowed``.
+
+    Raises:
+        InvalidRequest: An unknown or repeated parameter (400, ``details.parameter``).
+    """
+    out: dict[str, str] = {}
+    for key, value in request.query.items():
+        if key not in allowed:
+            known = ", ".join(allowed) if allowed else "none"
+            raise InvalidRequest(f"unknown query parameter {_short(key)} (known: {known})", parameter=key[:80])
+        if key in out:
+            raise InvalidRequest(f"query parameter {_short(key)} is given more than once", parameter=key[:80])
+        out[key] = value
+    return out
+
+
+def int_param(params: dict[str, str], name: str, low: int, high: int) -> int | None:
+    """Query parameter ``name`` as a decimal integer in ``low..high``; None if absent.
+
+    Raises:
+        InvalidRequest: Not digits only, or out of range (400, ``details.parameter``).
+    """
+    text = params.get(name)
+    if text is None:
+        return None
+    if not _DIGITS_RE.fullmatch(text) or not low <= int(text) <= high:
+        raise InvalidRequest(f"{name} must be an integer {low}-{high}, got {_short(text)}", parameter=name)
+    return int(text)
+
+
+def int_field(obj: dict[str, Any], name: str, low: int, high: int, where: str) -> int | None:
+    """JSON field ``name`` as an integer (not a bool or float) in ``low..high``; None if absent or null.
+
+    Raises:
+        InvalidRequest: Wrong type or out of range (400, ``details.field``).
+    """
+    value = obj.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or not low <= value <= high:
+        raise InvalidRequest(
+            f"{where}{name} must be an integer {low}-{high}, got {_short(value)}", field=f"{where}{name}"
+        )
+    return value
+
+
+def check_keys(obj: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    """Raise InvalidRequest naming the first key of ``obj`` not in ``allowed``."""
+    for key in obj:
+        if key not in allowed:
+            raise InvalidRequest(
+                f"unknown key {_short(key)} in {where} (known: {', '.join(allowed)})",
+                field=f"{where}.{key}"[:120],
+            )
+
+
+def batch_entries(body: Any, key: str, limit: int, *, default_ids: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The entries of a batch request ``{key: [entry, ...]}`` with their ids.
+
+    Whole-request rules (SQS's batch rules): a JSON object with only ``key``;
+    1..``limit`` entries, each an object; ids of 1-80 characters of
+    ``[A-Za-z0-9_-]``, distinct (default: the entry's index, if ``default_ids``).
+
+    Raises:
+        InvalidRequest: Any of those broken (400); the message names the entry.
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequest(f'the body must be a JSON object {{"{key}": [...]}}')
+    check_keys(body, (key,), "the request")
+    items = body.get(key)
+    if not isinstance(items, list):
+        raise InvalidRequest(f"{key} must be a list of 1-{limit} entries", field=key)
+    if not 1 <= len(items) <= limit:
+        raise InvalidRequest(
+            f"a batch holds 1-{limit} entries, got {len(items)}", field=key, entries=len(items), max_entries=limit
+        )
+    out: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"{key}[{i}] must be a JSON object", field=f"{key}[{i}]")
+        entry_id = item.get("id", str(i) if default_ids else None)
+        if not isinstance(entry_id, str) or not _ENTRY_ID_RE.fullmatch(entry_id):
+            raise InvalidRequest(
+                f"{key}[{i}].id must be 1-80 characters of A-Z, a-z, 0-9, '-', '_', got {_short(entry_id)}",
+                field=f"{key}[{i}].id",
+            )
+        if entry_id in seen:
+            raise InvalidRequest(f"entry id {_short(entry_id)} is used more than once", field=f"{key}[{i}].id")
+        seen.add(entry_id)
+        out.append((entry_id, item))
+    return out
+
+
+def failed_entry(entry_id: str, exc: MQError) -> dict[str, Any]:
+    """A ``failed`` item of a batch answer; sender_fault is true for 4xx errors a retry cannot fix."""
+    return {
+        "id": entry_id,
+        "error": exc.code,
+        "message": exc.message,
+        "sender_fault": 400 <= exc.status < 500 and not exc.retriable,
+    }
+
+
+def parse_message_attributes(text: str | None) -> dict[str, str]:
+    """The ``X-Message-Attributes`` header: a JSON object name -> string (SQS message attribute rules).
+
+    Raises:
+        InvalidAttribute: Not JSON, or any rule of ``check_message_attributes`` broken (400).
+    """
+    if text is None:
+        return {}
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        raise InvalidAttribute("X-Message-Attributes must be a JSON object of name -> string", name=None) from None
+    return check_message_attributes(obj)
+
+
+def _received_json(message: ReceivedMessage) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "receipt_handle": message.receipt_handle,
+        "body_base64": base64.b64encode(message.body).decode("ascii"),
+        "content_type": message.content_type,
+        "attributes": message.attributes,
+        "sent_timestamp_ms": message.sent_ms,
+        "receive_count": message.receive_count,
+        "first_receive_timestamp_ms": message.first_receive_ms,
+        "visibility_deadline_ms": message.deadline_ms,
+    }
+
+
+# -- queues ----------------------------------------------------------------
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    """GET /?prefix=P -> 200 {"queues": [names]} (sorted; only names starting with P; SQS ListQueues)."""
+    params = query_params(request, ("prefix",))
+    prefix = params.get("prefix", "")
+    if not _PREFIX_RE.fullmatch(prefix):
+        raise InvalidRequest(
+            "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)", parameter="prefix"
+        )
+    return web.json_response({"queues": await request.app[BROKER].list_queues(prefix)})
+
+
+async def get_queue(request: web.Request) -> web.Response:
+    """GET /<queue> -> 200 {"queue", "ready", "in_flight", "delayed", "oldest_ready_age_seconds",
+    "created_ms", "attributes", "redrive"} or 404 (SQS GetQueueAttributes' approximate counts)."""
+    queue = check_queue_name(request.match_info["queue"])
+    return web.json_response(await request.app[BROKER].stats(queue))
+
+
+async def put_queue(request: web.Request) -> web.Response:
+    """PUT /<queue> [attributes JSON] -> 201 {"queue", "created", "attributes"} (idempotent, SQS CreateQueue).
+
+    An empty body creates the queue with the defaults. 409 queue_name_exists if the queue
+    exists and a given attribute differs from its explicit value; 400 invalid_attribute.
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    body = await read_json(request, required=False)
+    if body is not None and not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object of queue attributes (or empty)")
+    created, attrs = await request.app[BROKER].create_queue(queue, body)
+    return web.json_response({"queue": queue, "created": created, "attributes": attrs.to_json()}, status=201)
+
+
+async def delete_queue(request: web.Request) -> web.Response:
+    """DELETE /<queue> -> 200 (the queue and every message in it) or 404."""
+    queue = check_queue_name(request.match_info["queue"])
+    await request.app[BROKER].delete_queue(queue)
+    return web.json_response({"queue": queue, "deleted": True})
+
+
+async def get_attributes(request: web.Request) -> web.Response:
+    """GET /<queue>/attributes -> 200 {"queue", "attributes"} (effective: defaults filled in)."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    attrs = await request.app[BROKER].get_attributes(queue)
+    return web.json_response({"queue": queue, "attributes": attrs.to_json()})
+
+
+async def put_attributes(request: web.Request) -> web.Response:
+    """PUT /<queue>/attributes {key: value|null} -> 200 {"queue", "attributes"} (merge; SQS SetQueueAttributes)."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object of queue attributes")
+    attrs = await request.app[BROKER].set_attributes(queue, body)
+    return web.json_response({"queue": queue, "attributes": attrs.to_json()})
+
+
+async def purge_queue(request: web.Request) -> web.Response:
+    """POST /<queue>/purge -> 200 {"queue", "purged": true, "removed": N} (SQS PurgeQueue)."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    removed = await request.app[BROKER].purge(queue)
+    return web.json_response({"queue": queue, "purged": True, "removed": removed})
+
+
+# -- messages ----------------------------------------------------------------
+
+
+async def send_message(request: web.Request) -> web.Response:
+    """POST /<queue>/messages -> 201 + X-Message-Id once the message is durable (SQS SendMessage).
+
+    Headers: Content-Type (stored), X-Delay-Seconds (0-900; default the queue's
+    delay_seconds), X-Message-Attributes (JSON object name -> string). The body and
+    the attributes together must fit the queue's max_message_bytes (413). A full
+    queue answers 429 queue_full + Retry-After after capacity_wait_seconds.
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    broker = request.app[BROKER]
+    state = await broker.queue_state(queue)
+    attrs = state.attrs
+    delay_text = request.headers.get("X-Delay-Seconds")
+    delay = attrs.delay_seconds
+    if delay_text is not None:
+        value = int_param({"X-Delay-Seconds": delay_text.strip()}, "X-Delay-Seconds", 0, MAX_DELAY_SECONDS)
+        delay = value if value is not None else delay
+    message_attributes = parse_message_attributes(request.headers.get("X-Message-Attributes"))
+    limit = attrs.max_message_bytes
+    body = await read_body(request, limit)
+    size = len(body) + attributes_size(message_attributes)
+    if size > limit:
+        raise MessageTooLarge(size, limit)
+    content_type = request.headers.get("Content-Type")
+    message_id = await broker.send(queue, body, content_type, message_attributes, delay * 1000)
+    return web.Response(
+        status=201,
+        body=b'{"message_id": "%s"}' % message_id.encode(),
+        content_type="application/json",
+        headers={"X-Message-Id": message_id},
+    )
+
+
+_SEND_ENTRY_KEYS = ("id", "body", "body_base64", "content_type", "attributes", "delay_seconds")
+
+
+def _send_entry(item: dict[str, Any], where: str, default_delay: int) -> SendEntry:
+    """One entry of a batch send as a SendEntry (per-entry errors: InvalidRequest, InvalidAttribute)."""
+    check_keys(item, _SEND_ENTRY_KEYS, where)
+    if ("body" in item) == ("body_base64" in item):
+        raise InvalidRequest(f"{where} needs exactly one of body and body_base64", field=where)
+    if "body" in item:
+        if not isinstance(item["body"], str):
+            raise InvalidRequest(f"{where}.body must be a string (stored as UTF-8)", field=f"{where}.body")
+        try:
+            body = item["body"].encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest(f"{where}.body is not valid Unicode (lone surrogate)", field=f"{where}.body") from None
+    else:
+        encoded = item["body_base64"]
+        try:
+            if not isinstance(encoded, str):
+                raise TypeError
+            body = base64.b64decode(encoded, validate=True)
+        except (TypeError, ValueError, binascii.Error):
+            raise InvalidRequest(
+                f"{where}.body_base64 must be a base64 string (RFC 4648, with padding)", field=f"{where}.body_base64"
+            ) from None
+    content_type = item.get("content_type")
+    if content_type is not None and (not isinstance(content_type, str) or not _CONTENT_TYPE_RE.fullmatch(content_type)):
+        raise InvalidRequest(
+            f"{where}.content_type must be 1-{MAX_CONTENT_TYPE_CHARS} printable ASCII characters",
+            field=f"{where}.content_type",
+        )
+    attributes = check_message_attributes(item.get("attributes"))
+    delay = int_field(item, "delay_seconds", 0, MAX_DELAY_SECONDS, f"{where}.")
+    delay = default_delay if delay is None else delay
+    return SendEntry(body, content_type, attributes or None, delay * 1000)
+
+
+async def send_batch(request: web.Request) -> web.Response:
+    """POST /<queue>/messages/batch {"messages": [...]} -> 200 {"successful", "failed"} (SQS SendMessageBatch).
+
+    Entries: {"id"?, "body" | "body_base64", "content_type"?, "attributes"?, "delay_seconds"?};
+    1..--max-batch-messages of them, ids distinct. Valid entries are written with one group
+    commit (Store.send_batch); each invalid one fails alone (sender_fault true). The sum of
+    the bodies (and attributes) must fit max_message_bytes (413 for the whole request).
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    broker = request.app[BROKER]
+    state = await broker.queue_state(queue)
+    attrs = state.attrs
+    body = await read_json(request, broker.settings.batch_request_limit_bytes)
+    entries = batch_entries(body, "messages", broker.settings.max_batch_messages, default_ids=True)
+    failed: list[dict[str, Any]] = []
+    valid: list[tuple[str, SendEntry]] = []
+    for i, (entry_id, item) in enumerate(entries):
+        try:
+            valid.append((entry_id, _send_entry(item, f"messages[{i}]", attrs.delay_seconds)))
+        except MQError as exc:
+            failed.append(failed_entry(entry_id, exc))
+    total = sum(len(e.body) + attributes_size(e.attributes or {}) for _, e in valid)
+    if total > attrs.max_message_bytes:
+        raise MessageTooLarge(total, attrs.max_message_bytes)
+    successful: list[dict[str, Any]] = []
+    if valid:
+        results = await broker.send_batch(queue, [e for _, e in valid])
+        for (entry_id, _), result in zip(valid, results, strict=True):
+            if isinstance(result, MQError):
+                failed.append(failed_entry(entry_id, result))
+            else:
+                successful.append({"id": entry_id, "message_id": result})
+    return web.json_response({"successful": successful, "failed": failed})
+
+
+_RECEIVE_PARAMS = ("max_messages", "wait_time_seconds", "visibility_timeout_seconds", "attempt_id")
+
+
+async def receive_message(request: web.Request) -> web.Response:
+    """GET /<queue>/messages -> one message raw (200, or 204 if none) or up to 10 as JSON (SQS ReceiveMessage).
+
+    Query: max_messages (1-10; selects the JSON form), wait_time_seconds (0-20, long polling;
+    default the queue's receive_wait_seconds), visibility_timeout_seconds (0-43200; default the
+    queue's), attempt_id (1-128 printable ASCII, no space: SQS ReceiveRequestAttemptId).
+    The raw form's headers: Content-Type, X-Message-Id, X-Receipt-Handle, X-Receive-Count,
+    X-Sent-Timestamp, X-First-Receive-Timestamp, X-Visibility-Deadline (epoch ms),
+    X-Message-Attributes (JSON, only if the message has attributes).
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    params = query_params(request, _RECEIVE_PARAMS)
+    max_messages = int_param(params, "max_messages", 1, MAX_RECEIVE_MESSAGES)
+    wait = int_param(params, "wait_time_seconds", 0, MAX_WAIT_SECONDS)
+    visibility = int_param(params, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS)
+    attempt_id = params.get("attempt_id")
+    if attempt_id is not None and not _ATTEMPT_ID_RE.fullmatch(attempt_id):
+        raise InvalidRequest(
+            f"attempt_id must be 1-{MAX_ATTEMPT_ID_CHARS} printable ASCII characters without spaces",
+            parameter="attempt_id",
+        )
+    messages = await request.app[BROKER].receive(queue, max_messages or 1, visibility, wait, attempt_id)
+    if max_messages is not None:
+        return web.json_response({"messages": [_received_json(m) for m in messages]})
+    if not messages:
+        return web.Response(status=204)
+    message = messages[0]
+    headers = {
+        "Content-Type": message.content_type,
+        "X-Message-Id": message.message_id,
+        "X-Receive-Count": str(message.receive_count),
+        "X-Sent-Timestamp": str(message.sent_ms),
+        "X-Receipt-Handle": message.receipt_handle,
+        "X-First-Receive-Timestamp": str(message.first_receive_ms),
+        "X-Visibility-Deadline": str(message.deadline_ms),
+    }
+    if message.attributes:
+        headers["X-Message-Attributes"] = json.dumps(message.attributes, separators=(",", ":"), ensure_ascii=True)
+    return web.Response(body=message.body, headers=headers)
+
+
+async def delete_message(request: web.Request) -> web.Response:
+    """DELETE /<queue>/messages/<id>[?receipt_handle=H] -> 200 {"message_id", "deleted": true, "was"}.
+
+    Without a handle: by id, wherever the message is (SoftLayer); 404 if nowhere; 400 bad id.
+    With a handle (SQS DeleteMessage): only if H is the message's latest receive; 410
+    stale_receipt_handle (the newer lease is untouched), 400 invalid_receipt_handle, 404.
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    message_id = check_message_id(request.match_info["message_id"])
+    params = query_params(request, ("receipt_handle",))
+    broker = request.app[BROKER]
+    if "receipt_handle" in params:
+        _, where = await broker.delete_by_handle(queue, params["receipt_handle"], message_id)
+    else:
+        where = await broker.delete(queue, message_id)
+    return web.json_response({"message_id": message_id, "deleted": True, "was": where})
+
+
+async def change_visibility(request: web.Request) -> web.Response:
+    """POST /<queue>/messages/<id>/visibility {"receipt_handle", "visibility_timeout_seconds"}
+    -> 200 {"message_id", "receipt_handle" (current), "visibility_deadline_ms"} (SQS ChangeMessageVisibility).
+
+    The new timeout counts from now (0-43200 s; 0 = ready at once). 410 stale_receipt_handle,
+    400 message_not_in_flight / invalid_receipt_handle / invalid_request, 404.
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    message_id = check_message_id(request.match_info["message_id"])
+    query_params(request, ())
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidRequest('the body must be a JSON object {"receipt_handle", "visibility_timeout_seconds"}')
+    check_keys(body, ("receipt_handle", "visibility_timeout_seconds"), "the request")
+    timeout = _required_timeout(body, "")
+    _, handle, deadline = await request.app[BROKER].change_visibility(
+        queue,
+        body.get("receipt_handle"),
+        timeout,
+        message_id,  # type: ignore[arg-type]
+    )
+    return web.json_response({"message_id": message_id, "receipt_handle": handle, "visibility_deadline_ms": deadline})
+
+
+def _required_timeout(obj: dict[str, Any], where: str) -> int:
+    timeout = int_field(obj, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS, where)
+    if timeout is None:
+        raise InvalidRequest(
+            f"{where}visibility_timeout_seconds is required (0-{MAX_VISIBILITY_TIMEOUT_SECONDS})",
+            field=f"{where}visibility_timeout_seconds",
+        )
+    return timeout
+
+
+async def _run_entries(
+    entries: list[tuple[str, dict[str, Any]]], op: Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
+) -> web.Response:
+    """Run ``op`` on every entry concurrently (their fsyncs are group-committed); collect the batch answer."""
+
+    async def one(i: int, entry_id: str, item: dict[str, Any]) -> dict[str, Any] | MQError:
+        try:
+            return await op(entry_id, item, f"entries[{i}]")
+        except MQError as exc:
+            return exc
+
+    results = await asyncio.gather(*(one(i, entry_id, item) for i, (entry_id, item) in enumerate(entries)))
+    successful: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for (entry_id, _), result in zip(entries, results, strict=True):
+        if isinstance(result, MQError):
+            failed.append(failed_entry(entry_id, result))
+        else:
+            successful.append(result)
+    return web.json_response({"successful": successful, "failed": failed})
+
+
+async def delete_batch(request: web.Request) -> web.Response:
+    """POST /<queue>/messages/delete {"entries": [{"id", "receipt_handle" | "message_id"}]} (1-10)
+    -> 200 {"successful": [{"id"}], "failed": [...]} (SQS DeleteMessageBatch; by id as SoftLayer)."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    broker = request.app[BROKER]
+    entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
+    await broker.queue_state(queue)
+
+    async def op(entry_id: str, item: dict[str, Any], where: str) -> dict[str, Any]:
+        check_keys(item, ("id", "receipt_handle", "message_id"), where)
+        if ("receipt_handle" in item) == ("message_id" in item):
+            raise InvalidRequest(f"{where} needs exactly one of receipt_handle and message_id", field=where)
+        if "receipt_handle" in item:
+            await broker.delete_by_handle(queue, item["receipt_handle"])
+        else:
+            await broker.delete(queue, check_message_id(item["message_id"]))
+        return {"id": entry_id}
+
+    return await _run_entries(entries, op)
+
+
+async def visibility_batch(request: web.Request) -> web.Response:
+    """POST /<queue>/messages/visibility {"entries": [{"id", "receipt_handle", "visibility_timeout_seconds"}]}
+    (1-10) -> 200 {"successful": [{"id", "receipt_handle", "visibility_deadline_ms"}], "failed": [...]}
+    (SQS ChangeMessageVisibilityBatch)."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    broker = request.app[BROKER]
+    entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
+    await broker.queue_state(queue)
+
+    async def op(entry_id: str, item: dict[str, Any], where: str) -> dict[str, Any]:
+        check_keys(item, ("id", "receipt_handle", "visibility_timeout_seconds"), where)
+        timeout = _required_timeout(item, f"{where}.")
+        _, handle, deadline = await broker.change_visibility(queue, item.get("receipt_handle"), timeout)  # type: ignore[arg-type]
+        return {"id": entry_id, "receipt_handle": handle, "visibility_deadline_ms": deadline}
+
+    return await _run_entries(entries, op)
+
+
+# -- redrive -------------------------------------------------------------------
+
+
+async def start_redrive(request: web.Request) -> web.Response:
+    """POST /<dlq>/redrive {"destination"?, "max_messages_per_second"? (1-10000, default 500)}
+    -> 202 {"task": status}; 409 redrive_in_progress; 404 (SQS StartMessageMoveTask)."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    body = await read_json(request, required=False)
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise InvalidRequest('the body must be a JSON object {"destination"?, "max_messages_per_second"?} (or empty)')
+    check_keys(body, ("destination", "max_messages_per_second"), "the request")
+    rate = int_field(body, "max_messages_per_second", 1, MAX_REDRIVE_RATE, "")
+    destination = body.get("destination")
+    if destination is not None:
+        destination = check_queue_name(destination)
+    status = await request.app[BROKER].redrives.start(queue, destination, rate or DEFAULT_REDRIVE_RATE)
+    return web.json_response({"task": status}, status=202)
+
+
+async def get_redrive(request: web.Request) -> web.Response:
+    """GET /<dlq>/redrive -> 200 {"task": status or null} ("running" not updated for 10 s shows "failed")."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    return web.json_response({"task": await request.app[BROKER].redrives.read(queue)})
+
+
+async def cancel_redrive(request: web.Request) -> web.Response:
+    """DELETE /<dlq>/redrive -> 200 {"task": status} (cancel requested); 404 redrive_not_running."""
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    return web.json_response({"task": await request.app[BROKER].redrives.cancel(queue)})

@@ -1,0 +1,287 @@
+"""Redrive tasks of the ``mq`` daemon: moving a dead-letter queue's messages back (SQS StartMessageMoveTask).
+
+:class:`RedriveRunner` starts, reads and cancels the tasks and runs the one
+task per dead-letter queue this daemon owns: oldest first, rate-limited, its
+status rewritten into ``queues/DLQ/.redrive`` every 0.5 s (where every daemon
+reads it: one running task per queue across daemons, a status not rewritten
+for 10 s is reported "failed"). The moves themselves, which take the queue's
+fetcher lock and edit its ready index, are the broker's
+(:meth:`daemons._broker.Broker.redrive_step`); the runner reaches the broker
+only through :class:`RedriveHost`, so this module does not import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from daemons import _runtime
+from mqcore.errors import InvalidRequest, MQError, QueueNotFound, RedriveInProgress, RedriveNotRunning
+from mqcore.index import ReadyIndex
+from mqcore.names import QueueName
+from mqcore.protocol import Store, now_ms
+
+logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
+
+T = TypeVar("T")
+
+#: Redrive rate limits, in messages per second (SQS StartMessageMoveTask: 1-500; here up to 10,000).
+DEFAULT_REDRIVE_RATE = 500
+MAX_REDRIVE_RATE = 10_000
+#: A redrive status "running" not rewritten for this long is reported as "failed" (its daemon died), in ms.
+REDRIVE_STALE_MS = 10_000
+#: How often a running redrive rewrites its status (and looks for a cancel request), in seconds (< 1 s).
+REDRIVE_STATUS_INTERVAL_SECONDS = 0.5
+#: Most messages a redrive moves in one fetcher round trip.
+REDRIVE_CHUNK = 100
+
+
+@dataclass
+class _Redrive:
+    """A redrive task this daemon runs (one per dead-letter queue at most)."""
+
+    status: dict[str, Any]
+    task: asyncio.Task[None] | None = None
+    cancel: bool = False
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _redrive_running(status: dict[str, Any] | None, now: int) -> bool:
+    """True if ``status`` says running and was rewritten within the last 10 s."""
+    if not status or status.get("state") != "running":
+        return False
+    updated = status.get("updated_ms")
+    return isinstance(updated, int) and now - updated <= REDRIVE_STALE_MS
+
+
+def present_redrive_status(status: dict[str, Any] | None, now: int) -> dict[str, Any] | None:
+    """A redrive status as clients see it: "running" not rewritten for 10 s is reported "failed"."""
+    if status is None:
+        return None
+    if status.get("state") == "running" and not _redrive_running(status, now):
+        return {**status, "state": "failed", "error": "the daemon running the redrive stopped updating it (it died?)"}
+    return status
+
+
+class RedriveQueueState(Protocol):
+    """What the runner reads of a queue's state: its ready index (``daemons._broker._QueueState``)."""
+
+    index: ReadyIndex
+
+
+class RedriveHost(Protocol):
+    """What the runner needs from the broker that owns it (:class:`daemons._broker.Broker`)."""
+
+    store: Store
+    savers: ThreadPoolExecutor
+
+    async def queue_state(self, queue: QueueName) -> RedriveQueueState: ...
+
+    async def queue_exists(self, queue: QueueName) -> bool: ...
+
+    async def redrive_step(
+        self, source: QueueName, destination: QueueName | None, wanted: int, skipped: set[str]
+    ) -> tuple[int, int, int] | None: ...
+
+    async def redrive_done(self, source: QueueName, skipped: set[str]) -> bool: ...
+
+
+class RedriveRunner:
+    """The redrive tasks this daemon runs (one per dead-letter queue at most), and their status files.
+
+    Every method runs on the event loop; status files are read and written on
+    the broker's saver threads.
+
+    Args:
+        host: The broker: queue states, the moves under the fetcher lock, the store, the saver threads.
+    """
+
+    def __init__(self, host: RedriveHost) -> None:
+        self.host = host
+        self.tasks: dict[QueueName, _Redrive] = {}
+        self._lock = asyncio.Lock()
+
+    async def _in(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.host.savers, fn, *args)
+
+    async def start(self, source: QueueName, destination: QueueName | None, rate: int) -> dict[str, Any]:
+        """Start moving the ready messages of dead-letter queue ``source`` back (SQS StartMessageMoveTask).
+
+        Args:
+            source: The dead-letter queue.
+            destination: Where to move them; None = each message's original queue.
+            rate: Most messages moved per second (1-10,000).
+        Returns:
+            The task's first status (also written to ``queues/source/.redrive``).
+        Raises:
+            QueueNotFound: ``source`` or ``destination`` does not exist.
+            InvalidRequest: ``destination`` is ``source``.
+            RedriveInProgress: A redrive out of ``source`` is running (here or in another daemon).
+        """
+        state = await self.host.queue_state(source)
+        if destination is not None:
+            if destination == source:
+                raise InvalidRequest("destination must differ from the dead-letter queue", field="destination")
+            if not await self.host.queue_exists(destination):
+                raise QueueNotFound(f"destination queue {destination!r} does not exist", queue=destination)
+        async with self._lock:
+            local = self.tasks.get(source)
+            if local is not None and local.task is not None and not local.task.done():
+                raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
+            current = await self._in(self.host.store.read_redrive_status, source)
+            now = now_ms()
+            if _redrive_running(current, now):
+                raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
+            status: dict[str, Any] = {
+                "task_id": uuid.uuid4().hex,
+                "source": source,
+                "destination": destination,
+                "max_messages_per_second": rate,
+                "state": "running",
+                "moved": 0,
+                "skipped": 0,
+                "to_move": len(state.index),
+                "started_ms": now,
+                "updated_ms": now,
+            }
+            await self._in(self.host.store.write_redrive_status, source, status)
+            redrive = _Redrive(status)
+            redrive.task = asyncio.get_running_loop().create_task(self._run(source, redrive))
+            self.tasks[source] = redrive
+        logger.info(
+            "redrive started queue=%s destination=%s rate=%d task=%s", source, destination, rate, status["task_id"]
+        )
+        return dict(status)
+
+    async def read(self, source: QueueName) -> dict[str, Any] | None:
+        """The status of the last redrive out of ``source`` as clients see it, or None (QueueNotFound)."""
+
+        def read() -> dict[str, Any] | None:
+            if not self.host.store.queue_exists(source):
+                raise QueueNotFound(f"queue {source!r} does not exist", queue=source)
+            return self.host.store.read_redrive_status(source)
+
+        return present_redrive_status(await self._in(read), now_ms())
+
+    async def cancel(self, source: QueueName) -> dict[str, Any]:
+        """Ask the running redrive out of ``source`` to stop (SQS CancelMessageMoveTask).
+
+        Writes state "cancelled" into the status file; the daemon running the
+        task (this one or another) notices it at its next status write (within
+        a second) and records its final counts.
+
+        Raises:
+            QueueNotFound: No such queue.
+            RedriveNotRunning: No redrive out of ``source`` is running (404).
+        """
+        status = await self.read(source)
+        now = now_ms()
+        if status is None or not _redrive_running(status, now):
+            raise RedriveNotRunning(f"no redrive out of {source!r} is running", queue=source)
+        status = {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}
+        await self._in(self.host.store.write_redrive_status, source, status)
+        local = self.tasks.get(source)
+        if local is not None and local.status.get("task_id") == status.get("task_id"):
+            local.status["cancel_requested_ms"] = now
+            local.cancel = True
+            local.wake.set()
+        logger.info("redrive cancel requested queue=%s task=%s", source, status.get("task_id"))
+        return status
+
+    def stop(self, source: QueueName) -> None:
+        """End the task out of ``source`` now (its queue was deleted)."""
+        redrive = self.tasks.get(source)
+        if redrive is not None and redrive.task is not None:
+            redrive.task.cancel()
+
+    async def stop_all(self) -> None:
+        """End every task this daemon runs (mq stops); each records state "failed" so a client can start it again."""
+        tasks = [r.task for r in self.tasks.values() if r.task is not None and not r.task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(self, source: QueueName, redrive: _Redrive) -> None:
+        """The redrive task: oldest first, at most ``max_messages_per_second``, status every 0.5 s.
+
+        Ends "completed" when the queue has no ready message left (messages
+        without a known or existing destination are skipped and stay),
+        "cancelled" when a cancel request is seen in the status file (or made
+        through this daemon), "failed" on an error or when mq stops.
+        """
+        loop = asyncio.get_running_loop()
+        status = redrive.status
+        rate: int = status["max_messages_per_second"]
+        destination = status["destination"]
+        skipped: set[str] = set()
+        started = last_write = loop.time()
+        tried = 0
+        try:
+            while True:
+                if loop.time() - last_write >= REDRIVE_STATUS_INTERVAL_SECONDS:
+                    if await self._cancelled(source, redrive):
+                        break
+                    await self._write(source, status)
+                    last_write = loop.time()
+                if redrive.cancel:
+                    break
+                due = started + tried / rate
+                wait = due - loop.time()
+                if wait > 0:
+                    redrive.wake.clear()
+                    await _runtime.wait_for_wake(redrive.wake, min(wait, REDRIVE_STATUS_INTERVAL_SECONDS))
+                    continue
+                allowance = int((loop.time() - started) * rate) + 1 - tried
+                step = await self.host.redrive_step(source, destination, max(1, min(allowance, REDRIVE_CHUNK)), skipped)
+                if step is None:
+                    if await self.host.redrive_done(source, skipped):
+                        status["state"] = "completed"
+                        break
+                    continue
+                tried += step[0]
+                status["moved"] += step[1]
+                status["skipped"] += step[2]
+            if status["state"] == "running":
+                status["state"] = "cancelled"
+            await self._write(source, status)
+            logger.info(
+                "redrive %s queue=%s moved=%d skipped=%d", status["state"], source, status["moved"], status["skipped"]
+            )
+        except asyncio.CancelledError:
+            status.update(state="failed", error="mq stopped (or the queue was deleted) while the redrive ran")
+            with contextlib.suppress(MQError, RuntimeError):
+                await self._write(source, status)
+            raise
+        except QueueNotFound:
+            logger.info("redrive ended: queue=%s was deleted", source)
+        except Exception as exc:
+            logger.exception("redrive failed queue=%s", source)
+            status.update(state="failed", error=str(exc))
+            with contextlib.suppress(MQError):
+                await self._write(source, status)
+
+    async def _cancelled(self, source: QueueName, redrive: _Redrive) -> bool:
+        """True if the status file asks this task to stop (cancelled, or replaced by another task)."""
+        if redrive.cancel:
+            return True
+        current = await self._in(self.host.store.read_redrive_status, source)
+        if current is None or current.get("task_id") != redrive.status["task_id"]:
+            redrive.cancel = True
+            return True
+        if current.get("state") == "cancelled":
+            redrive.cancel = True
+            if "cancel_requested_ms" in current:
+                redrive.status["cancel_requested_ms"] = current["cancel_requested_ms"]
+            return True
+        return False
+
+    async def _write(self, source: QueueName, status: dict[str, Any]) -> None:
+        status["updated_ms"] = now_ms()
+        await self._in(self.host.store.write_redrive_status, source, dict(status))

@@ -1,0 +1,84 @@
+"""Settings of the ``mq`` daemon: the frozen, checked dataclass the CLI builds and the broker reads.
+
+A module of its own so that ``daemons/_broker.py`` (which reads the settings)
+and ``daemons/front.py`` (which builds them from the command line, and imports
+the broker) do not import each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemons import _runtime
+from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
+from mqcore.errors import ConfigError
+
+#: Default maximum body size, in bytes (SQS: 1 MiB).
+DEFAULT_MAX_MESSAGE_BYTES = 1_048_576
+#: Default and largest --max-batch-messages (entries of a batch send; SQS: 10).
+DEFAULT_MAX_BATCH_MESSAGES = 10
+MAX_BATCH_MESSAGES_LIMIT = 1000
+#: Bytes a batch send's JSON may use per entry beyond its body and attributes (id, keys, content type).
+BATCH_ENTRY_OVERHEAD_BYTES = 4096
+#: JSON escapes (``\\u0000``) make a ``body`` string up to 6 bytes per body byte.
+JSON_EXPANSION = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Settings of the ``mq`` daemon (checked on construction)."""
+
+    root: str = "/tmp/mq"
+    """Root directory of the folder tree (created if missing)."""
+    address: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = 8080
+    """TCP port; 0 picks a free one (logged in the readiness line)."""
+    workers: int = 8
+    """Worker pairs: N saver threads and N fetchers (SoftLayer MQ: --workers, default 8)."""
+    peers: int = 0
+    """Receive picks at random among the oldest peers+1 ready messages (0 = strict FIFO)."""
+    visibility_timeout_seconds: int = 30
+    """Default visibility timeout of a queue, in seconds (SQS: 0-43200, default 30)."""
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """Largest accepted body, in bytes (default 1 MiB = 1,048,576 bytes, as SQS); caps every queue's limit."""
+    max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES
+    """Most entries of a batch send (default 10, as SQS SendMessageBatch; 1-1000)."""
+    rescan_interval_seconds: float = 10.0
+    """Seconds between listings of each active queue (catches changes inotify cannot see, e.g. over NFS)."""
+    log_level: str = "INFO"
+    """Logging level name."""
+    access_log: bool = False
+    """Log one line per HTTP request on the ``mq.access`` logger (costs ~20% of send throughput)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0-65535, got {self.port}", key="port")
+        if not 1 <= self.workers <= 1024:
+            raise ConfigError(f"workers must be 1-1024, got {self.workers}", key="workers")
+        _runtime.positive("peers", self.peers, allow_zero=True)
+        if not 0 <= self.visibility_timeout_seconds <= MAX_VISIBILITY_TIMEOUT_SECONDS:
+            raise ConfigError(
+                f"visibility-timeout must be 0-{MAX_VISIBILITY_TIMEOUT_SECONDS} seconds (as SQS), "
+                f"got {self.visibility_timeout_seconds}",
+                key="visibility_timeout",
+            )
+        _runtime.positive("max-message-size", self.max_message_bytes)
+        if not 1 <= self.max_batch_messages <= MAX_BATCH_MESSAGES_LIMIT:
+            raise ConfigError(
+                f"max-batch-messages must be 1-{MAX_BATCH_MESSAGES_LIMIT}, got {self.max_batch_messages}",
+                key="max_batch_messages",
+            )
+        _runtime.positive("rescan-interval", self.rescan_interval_seconds)
+
+    @property
+    def queue_defaults(self) -> QueueAttributes:
+        """The attributes of a queue that sets none (``--visibility-timeout``, ``--max-message-size``)."""
+        return QueueAttributes(
+            visibility_timeout_seconds=self.visibility_timeout_seconds, max_message_bytes=self.max_message_bytes
+        )
+
+    @property
+    def batch_request_limit_bytes(self) -> int:
+        """Largest JSON body of a batch send, in bytes: bodies and attributes with JSON escapes, plus overhead."""
+        return JSON_EXPANSION * self.max_message_bytes + BATCH_ENTRY_OVERHEAD_BYTES * self.max_batch_messages
