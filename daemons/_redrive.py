@@ -172,20 +172,27 @@ class RedriveRunner:
     async def cancel(self, source: QueueName) -> dict[str, Any]:
         """Ask the running redrive out of ``source`` to stop (SQS CancelMessageMoveTask).
 
-        Writes state "cancelled" into the status file; the daemon running the
-        task (this one or another) notices it at its next status write (within
-        a second) and records its final counts.
+        Writes a cancel request naming the task (``queues/source/.redrive-cancel``,
+        Store.request_redrive_cancel), not the status file: the task rewrites
+        that file every 0.5 s, and a cancel written into it between the task's
+        read and its write would be lost. The daemon running the task (this one
+        or another) finds the request at its next status write (within a
+        second) and records its final counts, state "cancelled" and
+        ``cancel_requested_ms``; until then the status file still says "running".
 
+        Returns:
+            The task's status as the cancel leaves it: state "cancelled", ``cancel_requested_ms`` (epoch ms).
         Raises:
             QueueNotFound: No such queue.
             RedriveNotRunning: No redrive out of ``source`` is running (404).
+            StorageUnavailable: The request could not be written (503).
         """
         status = await self.read(source)
         now = now_ms()
         if status is None or not _redrive_running(status, now):
             raise RedriveNotRunning(f"no redrive out of {source!r} is running", queue=source)
+        await self._in(self.host.store.request_redrive_cancel, source, status.get("task_id"), now)
         status = {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}
-        await self._in(self.host.store.write_redrive_status, source, status)
         local = self.tasks.get(source)
         if local is not None and local.status.get("task_id") == status.get("task_id"):
             local.status["cancel_requested_ms"] = now
@@ -213,8 +220,8 @@ class RedriveRunner:
 
         Ends "completed" when the queue has no ready message left (messages
         without a known or existing destination are skipped and stay),
-        "cancelled" when a cancel request is seen in the status file (or made
-        through this daemon), "failed" on an error or when mq stops.
+        "cancelled" when a cancel request naming it is seen at a status write
+        (or one is made through this daemon), "failed" on an error or when mq stops.
         """
         loop = asyncio.get_running_loop()
         status = redrive.status
@@ -268,10 +275,25 @@ class RedriveRunner:
                 await self._write(source, status)
 
     async def _cancelled(self, source: QueueName, redrive: _Redrive) -> bool:
-        """True if the status file asks this task to stop (cancelled, or replaced by another task)."""
+        """True if this task must stop: a cancel request names it, or the status says cancelled or names another task.
+
+        Called before each status write. The cancel request is a file of its
+        own (``.redrive-cancel``, written by ``DELETE /<queue>/redrive`` on
+        any daemon); its ``requested_ms`` becomes the status's ``cancel_requested_ms``.
+        """
         if redrive.cancel:
             return True
-        current = await self._in(self.host.store.read_redrive_status, source)
+
+        def read() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+            store = self.host.store
+            return store.read_redrive_status(source), store.redrive_cancel_request(source)
+
+        current, request = await self._in(read)
+        if request is not None and request.get("task_id") == redrive.status["task_id"]:
+            redrive.cancel = True
+            if "requested_ms" in request:
+                redrive.status["cancel_requested_ms"] = request["requested_ms"]
+            return True
         if current is None or current.get("task_id") != redrive.status["task_id"]:
             redrive.cancel = True
             return True
