@@ -1,0 +1,92 @@
+"""Two mq daemons on one root agree on every piece of SQS state (issue 3: "every piece of state
+lives in the folder tree").
+
+Node A is a full stack (mq + mq-mover + mq-reaper) on 127.0.0.1; node B is a second mq on
+127.0.0.2 sharing the root, as a second host would. What one node does through HTTP, the
+other sees: receipt handles, visibility changes, receive request attempts, purges, delays.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture
+def nodes(stack_factory, tmp_path):
+    """(A, B): a full stack and a second mq on another loopback address, one root."""
+    root = tmp_path / "root"
+    a = stack_factory(root=root, visibility_timeout=30)
+    b = stack_factory(root=root, mover=False, reaper=False, mq_args=["--address", "127.0.0.2"])
+    return a, b
+
+
+async def receive_json(node, queue: str, query: str = "") -> list[dict]:
+    reply = await node.request("GET", f"/{queue}/messages?max_messages=10{query}")
+    assert reply.status == 200, reply.body
+    return reply.json["messages"]
+
+
+async def test_a_handle_from_one_node_works_on_the_other_and_goes_stale_everywhere(nodes, queue):
+    a, b = nodes
+    await a.create_queue(queue)
+    await b.send(queue, b"job")
+    [first] = await receive_json(a, queue, "&visibility_timeout_seconds=30")
+    # B extends A's lease, then releases it; A's handle is the latest receive until B receives again.
+    body = json.dumps({"receipt_handle": first["receipt_handle"], "visibility_timeout_seconds": 0})
+    reply = await b.request("POST", f"/{queue}/messages/{first['message_id']}/visibility", data=body)
+    assert reply.status == 200, reply.body
+    [second] = await receive_json(b, queue)
+    assert second["message_id"] == first["message_id"] and second["receive_count"] == 2
+    stale = await a.request(
+        "DELETE", f"/{queue}/messages/{first['message_id']}?receipt_handle={first['receipt_handle']}"
+    )
+    assert stale.status == 410 and stale.json["error"] == "stale_receipt_handle"
+    ok = await a.request(
+        "DELETE", f"/{queue}/messages/{second['message_id']}?receipt_handle={second['receipt_handle']}"
+    )
+    assert ok.status == 200, ok.body
+    assert a.files("delay") == [] and a.files(f"queues/{queue}") == []
+
+
+async def test_a_receive_retried_on_the_other_node_gets_the_same_messages(nodes, queue):
+    a, b = nodes
+    await a.create_queue(queue)
+    for i in range(3):
+        await a.send(queue, b"m%d" % i)
+    got = await receive_json(a, queue, "&attempt_id=batch-7")
+    retried = await receive_json(b, queue, "&attempt_id=batch-7")
+    assert [m["message_id"] for m in retried] == [m["message_id"] for m in got]
+    assert {m["receipt_handle"] for m in retried}.isdisjoint(m["receipt_handle"] for m in got)
+    assert await receive_json(b, queue) == []  # nothing else is left to receive
+
+
+async def test_a_purge_through_one_node_is_seen_at_once_by_the_other(nodes, queue):
+    a, b = nodes
+    await a.create_queue(queue)
+    for i in range(5):
+        await a.send(queue, b"old %d" % i)
+    assert len(await receive_json(b, queue, "&visibility_timeout_seconds=30")) == 5  # B has indexed the queue
+    for i in range(3):
+        await a.send(queue, b"old again %d" % i)
+    reply = await a.request("POST", f"/{queue}/purge")
+    assert reply.status == 200, reply.body
+    assert await receive_json(b, queue) == []
+    new = await b.send(queue, b"after the purge")
+    [got] = await receive_json(a, queue)
+    assert got["message_id"] == new
+    stats = (await b.request("GET", f"/{queue}")).json
+    assert (stats["ready"], stats["in_flight"], stats["delayed"]) == (0, 1, 0)
+
+
+async def test_a_delayed_send_through_one_node_is_received_through_the_other(nodes, queue):
+    a, b = nodes
+    await a.create_queue(queue)
+    sent = await b.request("POST", f"/{queue}/messages", data=b"later", headers={"X-Delay-Seconds": "1"})
+    assert sent.status == 201, sent.body
+    assert (await a.request("GET", f"/{queue}")).json["delayed"] == 1
+    # A long poll on A is woken when A's mq-mover makes the message ready.
+    reply = await a.request("GET", f"/{queue}/messages?wait_time_seconds=5")
+    assert reply.status == 200 and reply.header("X-Message-Id") == sent.header("X-Message-Id")
+    assert reply.body == b"later"
