@@ -445,6 +445,7 @@ class Store:
         body: bytes,
         content_type: str | None = None,
         attributes: dict[str, str] | None = None,
+        message_id: MessageId | None = None,
     ) -> PendingMessage:
         """Send, step 1: write the message to ``new/Q.ID`` (O_EXCL) and fsync it.
 
@@ -454,6 +455,9 @@ class Store:
             content_type: Its Content-Type, or None.
             attributes: User message attributes (checked by the caller with
                 :func:`mqcore.attributes.check_message_attributes`).
+            message_id: An id taken from ``self.ids`` beforehand, so that a batch
+                written by parallel threads keeps its entries' order; None
+                takes the next id.
         Raises:
             QueueNotFound: The queue does not exist (nothing is written).
             StorageUnavailable: Create, write or fsync failed; the partial file
@@ -461,7 +465,7 @@ class Store:
         """
         if not self.queue_exists(queue):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        message_id = self.ids.next_id()
+        message_id = message_id or self.ids.next_id()
         path = self.layout.new_path(queue, message_id)
         self._write_file(path, model.encode(body, content_type, attributes, queue))
         return PendingMessage(queue, message_id, path)
@@ -560,6 +564,35 @@ class Store:
         self.publish(pending, delay_ms)
         return pending.message_id
 
+    def publish_many(self, items: list[tuple[PendingMessage, int]], now: int | None = None) -> list[MQError | None]:
+        """Send, step 2 for several written messages: rename each into place, then fsync each target directory once.
+
+        Args:
+            items: ``(pending, delay_ms)`` pairs from :meth:`write_new` (which
+                callers may run in parallel threads: each fsyncs its own file).
+            now: Epoch ms the delays count from.
+        Returns:
+            None for each published message, or its error (in order). A
+            failed directory fsync fails every message renamed into that
+            directory (it may or may not survive a power cut).
+        """
+        now = now if now is not None else now_ms()
+        results: list[MQError | None] = [None] * len(items)
+        renamed: dict[str, list[int]] = {}
+        for i, (pending, delay_ms) in enumerate(items):
+            try:
+                renamed.setdefault(self._publish_rename(pending, delay_ms, now), []).append(i)
+            except MQError as exc:
+                results[i] = exc
+        for directory, indexes in renamed.items():
+            try:
+                self._sync_dir(directory)
+            except OSError as exc:
+                error = _storage_error("fsync of the directory", exc)
+                for i in indexes:
+                    results[i] = error
+        return results
+
     def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
         """Send several messages with one group commit; return each entry's id or error, in order.
 
@@ -584,20 +617,10 @@ class Store:
                 continue
             results.append(pending.message_id)
             written.append((i, pending, entry.delay_ms))
-        renamed: dict[str, list[int]] = {}
-        now = now_ms()
-        for i, pending, delay_ms in written:
-            try:
-                renamed.setdefault(self._publish_rename(pending, delay_ms, now), []).append(i)
-            except MQError as exc:
-                results[i] = exc
-        for directory, indexes in renamed.items():
-            try:
-                self._sync_dir(directory)
-            except OSError as exc:
-                error = _storage_error("fsync of the directory", exc)
-                for i in indexes:
-                    results[i] = error
+        published = self.publish_many([(pending, delay_ms) for _, pending, delay_ms in written])
+        for (i, _, _), outcome in zip(written, published, strict=True):
+            if outcome is not None:
+                results[i] = outcome
         return results
 
     # -- receive -----------------------------------------------------------

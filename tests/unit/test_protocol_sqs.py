@@ -7,6 +7,7 @@ is passed in as ``now`` (epoch ms) where a rule depends on it.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -418,3 +419,11 @@ def test_a_redrive_cancel_request_is_a_file_of_its_own(store: Store) -> None:
     store.write_redrive_status(DLQ, {"task_id": "t1", "state": "running", "moved": 3})  # the task's next write
     assert store.redrive_cancel_request(DLQ) == {"task_id": "t1", "requested_ms": 5}
     assert store.read_redrive_status(DLQ) == {"task_id": "t1", "state": "running", "moved": 3}
+
+
+def test_a_batch_written_by_parallel_threads_keeps_its_order(store: Store) -> None:
+    ids = [store.ids.next_id() for _ in range(20)]
+    with ThreadPoolExecutor(8) as pool:
+        pending = list(pool.map(lambda i: store.write_new(Q, b"%d" % i, message_id=ids[i]), reversed(range(20))))
+    assert store.publish_many([(p, 0) for p in pending]) == [None] * 20
+    assert [receive(store).body for _ in range(20)] == [b"%d" % i for i in range(20)]
