@@ -49,6 +49,8 @@ class _Redrive:
     status: dict[str, Any]
     task: asyncio.Task[None] | None = None
     cancel: bool = False
+    replaced: bool = False
+    """Another task's status replaced this one's: stop without writing (the other task goes on)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -255,6 +257,11 @@ class RedriveRunner:
                 tried += step[0]
                 status["moved"] += step[1]
                 status["skipped"] += step[2]
+            if redrive.replaced:
+                # Two redrives were started at once through two daemons: the status file holds
+                # the other one, which goes on. Writing ours now would make it stop too.
+                logger.info("redrive yielded queue=%s moved=%d (another task runs)", source, status["moved"])
+                return
             if status["state"] == "running":
                 status["state"] = "cancelled"
             await self._write(source, status)
@@ -277,6 +284,11 @@ class RedriveRunner:
     async def _cancelled(self, source: QueueName, redrive: _Redrive) -> bool:
         """True if this task must stop: a cancel request names it, or the status says cancelled or names another task.
 
+        A status naming another task means two redrives were started at once
+        through two daemons; this one then stops without writing its status
+        (``replaced``), so the other, whose status is in the file, goes on:
+        of two tasks at least one always sees its own status and continues.
+
         Called before each status write. The cancel request is a file of its
         own (``.redrive-cancel``, written by ``DELETE /<queue>/redrive`` on
         any daemon); its ``requested_ms`` becomes the status's ``cancel_requested_ms``.
@@ -295,7 +307,7 @@ class RedriveRunner:
                 redrive.status["cancel_requested_ms"] = request["requested_ms"]
             return True
         if current is None or current.get("task_id") != redrive.status["task_id"]:
-            redrive.cancel = True
+            redrive.cancel = redrive.replaced = True
             return True
         if current.get("state") == "cancelled":
             redrive.cancel = True

@@ -8,9 +8,13 @@ other sees: receipt handles, visibility changes, receive request attempts, purge
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+
+from mqcore.names import QueueName
+from mqcore.protocol import Store
 
 
 @pytest.fixture
@@ -90,3 +94,45 @@ async def test_a_delayed_send_through_one_node_is_received_through_the_other(nod
     reply = await a.request("GET", f"/{queue}/messages?wait_time_seconds=5")
     assert reply.status == 200 and reply.header("X-Message-Id") == sent.header("X-Message-Id")
     assert reply.body == b"later"
+
+
+async def test_two_redrives_started_at_once_through_two_nodes_move_everything(nodes, queue, wait):
+    a, b = nodes
+    dlq = f"{queue[:70]}-dlq"
+    await a.create_queue(queue)
+    await a.create_queue(dlq)
+    sent = {await a.send(dlq, b"dead %d" % i) for i in range(40)}
+    body = json.dumps({"destination": queue, "max_messages_per_second": 20})
+    replies = await asyncio.gather(*(node.request("POST", f"/{dlq}/redrive", data=body) for node in (a, b)))
+    assert {r.status for r in replies} <= {202, 409} and 202 in {r.status for r in replies}, [r.body for r in replies]
+
+    async def completed() -> dict | None:
+        task = (await b.request("GET", f"/{dlq}/redrive")).json["task"]
+        return task if task and task["state"] == "completed" else None
+
+    task = await wait(completed, timeout=15, message=lambda: a.logs())
+    assert a.files(f"queues/{dlq}") == []
+    back = [m["message_id"] for m in await receive_json(a, queue)]
+    while len(back) < len(sent):
+        batch = await receive_json(a, queue)
+        assert batch, f"only {len(back)} of {len(sent)} came back; task {task}"
+        back += [m["message_id"] for m in batch]
+    assert set(back) == sent
+
+
+async def test_a_redrive_that_sees_another_task_yields_without_overwriting_it(nodes, queue):
+    """The race of the test above, made certain: another daemon's task writes its status over ours."""
+    a, _ = nodes
+    dlq = f"{queue[:70]}-dlq"
+    await a.create_queue(queue)
+    await a.create_queue(dlq)
+    for i in range(20):
+        await a.send(dlq, b"dead %d" % i)
+    body = json.dumps({"destination": queue, "max_messages_per_second": 2})
+    assert (await a.request("POST", f"/{dlq}/redrive", data=body)).status == 202
+    store = Store(a.root)
+    other = {**store.read_redrive_status(QueueName(dlq)), "task_id": "started-through-another-daemon"}
+    store.write_redrive_status(QueueName(dlq), other)
+    await asyncio.sleep(1.5)  # three status intervals of the task on A
+    assert store.read_redrive_status(QueueName(dlq))["task_id"] == "started-through-another-daemon"
+    assert "redrive yielded" in a.mq.log
