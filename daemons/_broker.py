@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from daemons import _runtime
 from daemons._redrive import RedriveRunner, present_redrive_status
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
@@ -114,18 +115,6 @@ class _Signal:
         if self._event is not None:
             self._event.set()
             self._event = None
-
-
-async def _wait_event(event: asyncio.Event, timeout_seconds: float) -> bool:
-    """Wait for ``event`` at most ``timeout_seconds``; True if it was set."""
-    if event.is_set():
-        return True
-    try:
-        async with asyncio.timeout(timeout_seconds):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 class Fetcher:
@@ -548,7 +537,7 @@ class Broker:
             remaining = deadline - loop.time()
             if remaining <= 0 or self.stopping:
                 return state, 0
-            await _wait_event(self._signal(self._room, queue).event(), remaining)
+            await _runtime.wait_for_wake(self._signal(self._room, queue).event(), remaining)
             state = await self.queue_state(queue)
 
     def _queue_full(self, queue: QueueName, state: _QueueState) -> QueueFull:
@@ -755,7 +744,7 @@ class Broker:
             remaining = deadline - loop.time()
             if messages or self.stopping or remaining <= 0:
                 return messages
-            check_exists = not await _wait_event(arrival, remaining) or self.stopping
+            check_exists = not await _runtime.wait_for_wake(arrival, remaining) or self.stopping
 
     async def receive(
         self,

@@ -239,15 +239,20 @@ def check_root_value(value: str) -> None:
         raise ConfigError("root must not be empty", key="root", value=value)
 
 
-async def wait_for_wake(wake: asyncio.Event, timeout_seconds: float) -> None:
-    """Wait until ``wake`` is set or ``timeout_seconds`` have passed (no error either way)."""
+async def wait_for_wake(wake: asyncio.Event, timeout_seconds: float) -> bool:
+    """Wait until ``wake`` is set or ``timeout_seconds`` have passed (no error either way).
+
+    Returns:
+        True if ``wake`` is set.
+    """
     if wake.is_set() or timeout_seconds <= 0:
-        return
+        return wake.is_set()
     try:
         async with asyncio.timeout(timeout_seconds):
             await wake.wait()
     except TimeoutError:
-        pass
+        return False
+    return True
 
 
 def _layer(ctx: click.Context, key: str) -> str:
