@@ -12,6 +12,7 @@ Pure code: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,14 @@ MAX_MESSAGE_ATTRIBUTES = 10
 #: Longest message attribute name, in characters (SQS: 256).
 MAX_ATTRIBUTE_NAME_CHARS = 256
 
+#: Largest set of user attributes of one message, as compact ASCII JSON, in bytes. They travel
+#: in the X-Message-Attributes header of single sends and receives, and HTTP parsers (aiohttp's
+#: client and server among them) refuse header fields over 8,190 bytes.
+MAX_ATTRIBUTES_JSON_BYTES = 8_000
+
 _ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+#: Characters SQS allows in bodies and attribute values: #x9 #xA #xD #x20-#xD7FF #xE000-#xFFFD #x10000-#x10FFFF.
+_SQS_TEXT_RE = re.compile("[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +110,6 @@ _INT_RANGES: dict[str, tuple[int, int, str]] = {
     "capacity": (1, MAX_CAPACITY, "1-1000000000 ready messages"),
     "capacity_wait_seconds": (0, MAX_WAIT_SECONDS, "0-20 seconds, as long polling"),
 }
-_NULLABLE = frozenset({"max_receive_count", "dead_letter_queue", "capacity"})
 
 
 def check_changes(obj: object) -> dict[str, Any]:
@@ -161,7 +168,10 @@ def check_message_attributes(obj: object) -> dict[str, str]:
     Rules (SQS's, for the string type): at most 10 attributes; names 1-256
     characters of ``[A-Za-z0-9_.-]``, not starting or ending with ``.``, no
     ``..``, not starting with ``AWS.`` or ``Amazon.`` (any case). Values are
-    strings; their size counts towards the message size limit.
+    strings of the characters SQS allows; their size counts towards the
+    message size limit. All of them together are at most
+    :data:`MAX_ATTRIBUTES_JSON_BYTES` as compact ASCII JSON (mq's own rule:
+    they travel in one HTTP header).
 
     Raises:
         InvalidAttribute: Any rule broken (``details["name"]`` names the attribute).
@@ -190,6 +200,19 @@ def check_message_attributes(obj: object) -> dict[str, str]:
             )
         if not isinstance(value, str):
             raise InvalidAttribute(f"message attribute {name!r} must have a string value", name=name)
+        if not _SQS_TEXT_RE.fullmatch(value):
+            raise InvalidAttribute(
+                f"message attribute {name!r} holds a character SQS does not allow (controls other than tab, "
+                "newline and carriage return, lone surrogates, U+FFFE/U+FFFF)",
+                name=name,
+            )
+    size = len(json.dumps(obj, separators=(",", ":")))
+    if size > MAX_ATTRIBUTES_JSON_BYTES:
+        raise InvalidAttribute(
+            f"message attributes are at most {MAX_ATTRIBUTES_JSON_BYTES} bytes as JSON (they travel in an HTTP "
+            f"header), got {size}",
+            name=None,
+        )
     return dict(obj)
 
 

@@ -70,6 +70,10 @@ STORAGE_ERRNOS = frozenset(
 )
 
 
+#: Age after which a temporary metadata file (``.NAME.TOKEN.tmp``) belongs to a writer that died, in ms.
+TMP_GRACE_MS = 300_000
+
+
 def now_ms() -> int:
     """Wall-clock time in epoch milliseconds (deadlines on disk use this clock)."""
     return time.time_ns() // 1_000_000
@@ -188,6 +192,16 @@ class LeasePolicy:
     retention_ms: int | None = None
     purged_before: MessageId | None = None
 
+    @classmethod
+    def for_queue(cls, attrs: QueueAttributes, purged_before: MessageId | None) -> LeasePolicy:
+        """The policy of a queue with effective attributes ``attrs`` and purge marker ``purged_before``."""
+        return cls(
+            max_receive_count=attrs.max_receive_count,
+            dead_letter_queue=attrs.dead_letter_queue,
+            retention_ms=attrs.retention_seconds * 1000,
+            purged_before=purged_before,
+        )
+
     def is_gone(self, message_id: MessageId, now: int) -> bool:
         """True if ``message_id`` was purged or has outlived the retention period at ``now`` (epoch ms)."""
         if self.purged_before is not None and message_id <= self.purged_before:
@@ -304,7 +318,8 @@ class Store:
     ) -> None:
         if not explicit:
             return
-        current = effective(self.get_attributes(queue), defaults or QueueAttributes()).to_json()
+        stored = self.get_attributes(queue)
+        current = {**effective(stored, defaults or QueueAttributes()).to_json(), **stored}
         differ = sorted(k for k, v in explicit.items() if current.get(k) != v)
         if differ:
             raise QueueNameExists(
@@ -350,6 +365,17 @@ class Store:
         """
         attrs = self.queue_meta(queue).get("attributes")
         return dict(attrs) if isinstance(attrs, dict) else {}
+
+    def queue_settings(self, queue: QueueName) -> tuple[dict[str, Any], int | None]:
+        """``(explicit attributes, created_ms)`` of ``queue`` from one read of its ``.attributes``.
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        meta = self.queue_meta(queue)
+        attrs = meta.get("attributes")
+        created = meta.get("created_ms")
+        return (dict(attrs) if isinstance(attrs, dict) else {}), (created if isinstance(created, int) else None)
 
     def queue_created_ms(self, queue: QueueName) -> int | None:
         """Creation time of ``queue`` in epoch ms, or None if unknown (created by protocol v1).
@@ -645,12 +671,7 @@ class Store:
             attrs = effective(self.get_attributes(queue), QueueAttributes())
         except QueueNotFound:
             return LeasePolicy()
-        return LeasePolicy(
-            max_receive_count=attrs.max_receive_count,
-            dead_letter_queue=attrs.dead_letter_queue,
-            retention_ms=attrs.retention_seconds * 1000,
-            purged_before=self.purged_before(queue),
-        )
+        return LeasePolicy.for_queue(attrs, self.purged_before(queue))
 
     def purged_before(self, queue: QueueName) -> MessageId | None:
         """The id up to which ``queue`` was purged (its ``.purge`` marker), or None."""
@@ -1017,12 +1038,22 @@ class Store:
             InvalidReceiptHandle: Malformed, or of another queue.
         """
         parsed = self._handle(queue, handle)
+        ready = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
         current = self.find_lease(queue, handle, hint)
         if current is not None:
-            src = self.layout.delay_path(current)
-        else:
-            src = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
-        return self._take(queue, src, parsed.message_id, parsed.receive_count, visibility_timeout_ms, now, policy)
+            message = self._take(
+                queue,
+                self.layout.delay_path(current),
+                parsed.message_id,
+                parsed.receive_count,
+                visibility_timeout_ms,
+                now,
+                policy,
+            )
+            if message is not None or not os.path.lexists(ready):
+                return message
+            # mq-mover made it ready between the lookup and the take: take it from there.
+        return self._take(queue, ready, parsed.message_id, parsed.receive_count, visibility_timeout_ms, now, policy)
 
     # -- receive request attempts --------------------------------------------
 
@@ -1030,10 +1061,12 @@ class Store:
     def _attempt_hash(attempt_id: str) -> str:
         return hashlib.sha256(attempt_id.encode()).hexdigest()
 
-    def load_attempt(self, queue: QueueName, attempt_id: str, now: int | None = None) -> list[str] | None:
-        """Receipt handles recorded for ``attempt_id`` on ``queue`` within the last 5 minutes, or None.
+    def load_attempt_record(
+        self, queue: QueueName, attempt_id: str, now: int | None = None
+    ) -> tuple[list[str], int] | None:
+        """``(handles, created_ms)`` recorded for ``attempt_id`` on ``queue`` within the last 5 minutes, or None.
 
-        SQS: ReceiveRequestAttemptId is remembered for 5 minutes.
+        SQS: ReceiveRequestAttemptId is remembered for 5 minutes (from the first call).
         """
         data = self._read_json(self.layout.attempt_path(queue, self._attempt_hash(attempt_id)))
         if data is None or data.get("attempt_id") != attempt_id:
@@ -1043,7 +1076,12 @@ class Store:
         now = now if now is not None else now_ms()
         if not isinstance(created, int) or now - created >= ATTEMPT_WINDOW_MS or not isinstance(handles, list):
             return None
-        return [h for h in handles if isinstance(h, str)]
+        return [h for h in handles if isinstance(h, str)], created
+
+    def load_attempt(self, queue: QueueName, attempt_id: str, now: int | None = None) -> list[str] | None:
+        """Receipt handles recorded for ``attempt_id`` on ``queue`` within the last 5 minutes, or None."""
+        record = self.load_attempt_record(queue, attempt_id, now)
+        return record[0] if record is not None else None
 
     def attempt_created_ms(self, queue: QueueName, attempt_id: str) -> int | None:
         """When ``attempt_id`` was first recorded on ``queue`` (epoch ms), or None."""
@@ -1198,13 +1236,18 @@ class Store:
     def redrive_one(
         self, dead_letter_queue: QueueName, filename: str, destination: QueueName | None = None
     ) -> QueueName | None:
-        """Move one ready message out of a dead-letter queue: ``queues/DLQ/ID.RC`` -> ``queues/DEST/ID.0``.
+        """Move one ready message out of a dead-letter queue: ``queues/DLQ/ID.RC`` -> ``queues/DEST/NEWID.0``.
 
-        The receive count starts again at 0 (the message gets its full
-        ``max_receive_count`` again); the id, and so the send time, is kept,
-        so in DEST it sorts before messages sent after it. DEST is
-        ``destination`` or else the queue the message was first sent to (its
-        header's ``queue``). DEST's directory is fsynced (group commit).
+        The message gets a fresh id (NEWID) and its receive count starts
+        again at 0, so it has its full ``max_receive_count`` again. The fresh
+        id is what keeps the name forms free of ABA (protocol.md §2): with
+        the old id and a count back at 0, the names ``ID.1``, ``ID.2``, ...
+        would come back, and a receipt handle from before the dead-lettering
+        would match a new consumer's lease. Redriven oldest first, the
+        messages keep their relative order and join DEST behind what is
+        already there. DEST is ``destination`` or else the queue the message
+        was first sent to (its header's ``queue``). DEST's directory is
+        fsynced (group commit).
 
         Returns:
             DEST, or None if the file is gone, has no known source queue, or DEST does not exist.
@@ -1225,9 +1268,8 @@ class Store:
             except ValueError:
                 return None
         qdir = self.layout.queue_dir(dest)
-        new_id = self._id_outside_purge(dest, parsed[0])
         try:
-            os.rename(src, os.path.join(qdir, ready_name(new_id, 0)))
+            os.rename(src, os.path.join(qdir, ready_name(self.ids.next_id(), 0)))
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -1321,7 +1363,7 @@ class Store:
                 if policy.is_gone(parsed[0], now):
                     moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
             elif name.startswith(".") and name.endswith(".tmp"):
-                self._unlink_if_older(os.path.join(qdir, name), now - ATTEMPT_WINDOW_MS)
+                self._unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
         return moved
 
     def expire_in_flight(self, now: int | None = None) -> int:

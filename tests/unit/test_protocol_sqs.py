@@ -107,6 +107,9 @@ def test_message_attribute_rules_follow_sqs() -> None:
         {"sp ace": "1"},
         {"n": 1},
         {f"k{i}": "v" for i in range(11)},
+        {"lone": "\ud800"},
+        {"nul": "\x00"},
+        {"big": "x" * 8_000},
         "not an object",
     ):
         with pytest.raises(InvalidAttribute):
@@ -327,14 +330,18 @@ def test_dead_letter_at_redelivery_keeps_id_and_receive_count(store: Store) -> N
     assert not store.dead_letter(item, DLQ)  # gone
 
 
-def test_redrive_sends_back_to_the_source_with_a_fresh_receive_count(store: Store) -> None:
+def test_redrive_sends_back_to_the_source_with_a_fresh_id_and_receive_count(store: Store) -> None:
     store.set_attributes(Q, {"dead_letter_queue": DLQ, "max_receive_count": 1})
-    mid = store.send(Q, b"x")
+    mid = store.send(Q, b"x", attributes={"k": "v"})
     receive(store, vt_ms=0)
     [item] = store.scan_in_flight()
     store.dead_letter(item, DLQ)
     assert store.redrive_one(DLQ, ready_name(mid, 1)) == Q
-    assert messages(store, f"queues/{Q}") == [ready_name(mid, 0)]
+    [name] = messages(store, f"queues/{Q}")
+    new_id, count = name.split(".")
+    assert new_id > mid and count == "0"
+    back = receive(store)
+    assert (back.body, back.attributes, back.receive_count) == (b"x", {"k": "v"}, 1)
     assert store.redrive_one(DLQ, ready_name(mid, 1)) is None  # already moved
     other = store.send(DLQ, b"sent straight to the DLQ")
     assert store.redrive_one(DLQ, ready_name(other, 0)) is None  # no source queue to go back to
@@ -427,3 +434,42 @@ def test_a_batch_written_by_parallel_threads_keeps_its_order(store: Store) -> No
         pending = list(pool.map(lambda i: store.write_new(Q, b"%d" % i, message_id=ids[i]), reversed(range(20))))
     assert store.publish_many([(p, 0) for p in pending]) == [None] * 20
     assert [receive(store).body for _ in range(20)] == [b"%d" % i for i in range(20)]
+
+
+def test_a_handle_from_before_a_dead_letter_and_redrive_never_touches_the_new_lease(store: Store) -> None:
+    """No ABA: the redriven message has a new id, so the old handle's name never comes back."""
+    store.set_attributes(Q, {"dead_letter_queue": DLQ, "max_receive_count": 1})
+    store.send(Q, b"x")
+    old = receive(store, vt_ms=0)
+    [item] = store.scan_in_flight()
+    store.dead_letter(item, DLQ)
+    [name] = messages(store, f"queues/{DLQ}")
+    store.redrive_one(DLQ, name)
+    new = receive(store)
+    assert new.receive_count == old.receive_count == 1
+    with pytest.raises(MessageNotFound):
+        store.delete_by_handle(Q, old.receipt_handle)
+    with pytest.raises(MessageNotFound):
+        store.change_visibility(Q, old.receipt_handle, 0)
+    assert store.relet(Q, old.receipt_handle, VT_MS) is None
+    assert messages(store, "delay") == [new.receipt_handle]
+
+
+def test_an_identical_create_is_idempotent_even_above_the_daemon_limit(store: Store) -> None:
+    daemon = QueueAttributes(max_message_bytes=1000)
+    assert store.create_queue(QueueName("jobs"), {"max_message_bytes": 5000}, defaults=daemon)
+    assert store.create_queue(QueueName("jobs"), {"max_message_bytes": 5000}, defaults=daemon) is False
+
+
+def test_relet_takes_the_ready_file_when_the_lease_expired(store: Store) -> None:
+    store.send(Q, b"x")
+    got = receive(store, vt_ms=0)
+    [item] = store.scan_in_flight()
+    store.redeliver(item)  # mq-mover got there first
+    again = store.relet(Q, got.receipt_handle, VT_MS)
+    assert again is not None and again.receive_count == 2
+
+
+def test_attempt_record_is_read_in_one_go(store: Store) -> None:
+    store.save_attempt(Q, "a", ["h"], now=1_000)
+    assert store.load_attempt_record(Q, "a", now=2_000) == (["h"], 1_000)
