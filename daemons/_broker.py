@@ -367,9 +367,23 @@ class Broker:
                     logger.error("rescan failed error=%s", exc)
 
     async def rescan_all(self) -> None:
-        """List every indexed queue again, add what the index missed and re-read its metadata."""
+        """List every indexed queue again, re-read its metadata, and bring its index in line with the listing.
+
+        Names the index missed are added (long polls are woken). Names the
+        index held before the listing started and the listing did not find
+        are dropped (senders waiting for room are woken): another process
+        took them, and without inotify (NFS across hosts, ``MQ_NO_INOTIFY``)
+        nothing else would tell this daemon, whose ready count, oldest age
+        and capacity check would stay inflated for ever. Names noted while
+        the listing ran stay: they may have arrived after it read their part
+        of the directory.
+        """
         for fetcher in self.fetchers:
             for queue in list(fetcher.queues):
+                listed = fetcher.queues.get(queue)
+                if listed is None:
+                    continue
+                mark = listed.index.mark()
                 try:
                     names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
                 except QueueNotFound:
@@ -379,8 +393,12 @@ class Broker:
                 if state is None:
                     continue
                 self._apply_meta(queue, state, meta)
+                gone = state.index.drop_unlisted(mark, names) if state is listed else []
                 before = len(state.index)
                 state.index.update(names)
+                if gone:
+                    logger.info("rescan dropped queue=%s gone=%d", queue, len(gone))
+                    self._fire(self._room, queue)
                 if len(state.index) > before:
                     logger.info("rescan found queue=%s new=%d", queue, len(state.index) - before)
                     self._fire(self._arrivals, queue)

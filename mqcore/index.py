@@ -2,8 +2,9 @@
 
 The index is a cache, never the truth: the truth is the set of files in
 ``queues/<queue>/``. An entry can be stale (another process took the file),
-which costs one failed ``open``/``rename``; a missing entry is found by the
-next inotify event or periodic rescan. Pure data structure, no I/O.
+which costs one failed ``open``/``rename`` and lasts until the next inotify
+event or periodic rescan drops it; a missing entry is found by the next
+inotify event or periodic rescan. Pure data structure, no I/O.
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ class ReadyIndex:
     Names sort by message id, and ids sort by send time, so popping the
     smallest name is FIFO. Removal is lazy: :meth:`discard` forgets a name and
     the heap drops it when it reaches the top, or on compaction.
+
+    Every :meth:`add` stamps its name with a counter, so that a rescan can
+    tell the names it may drop (noted before its listing started:
+    :meth:`mark`, :meth:`drop_unlisted`) from those noted while it listed.
     """
 
     def __init__(self, names: Iterable[str] = ()) -> None:
-        self._present: set[str] = set()
+        self._present: dict[str, int] = {}
+        """Indexed name -> stamp of its last :meth:`add`."""
         self._by_id: dict[str, str] = {}
         self._heap: list[str] = []
+        self._stamp = 0
         self.update(names)
 
     def __len__(self) -> int:
@@ -34,11 +41,12 @@ class ReadyIndex:
         return name in self._present
 
     def add(self, name: str) -> None:
-        """Note a ready file (idempotent)."""
+        """Note a ready file (idempotent; noting a present name again renews its stamp)."""
+        self._stamp += 1
         if name not in self._present:
-            self._present.add(name)
             self._by_id[name.partition(".")[0]] = name
             heapq.heappush(self._heap, name)
+        self._present[name] = self._stamp
 
     def update(self, names: Iterable[str]) -> None:
         """Note several ready files (a rescan's result)."""
@@ -52,6 +60,27 @@ class ReadyIndex:
         if len(self._heap) > 2 * len(self._present) + 1024:
             self._heap = list(self._present)
             heapq.heapify(self._heap)
+
+    def mark(self) -> int:
+        """A point in the index's history, to take just before a listing starts (see :meth:`drop_unlisted`)."""
+        return self._stamp
+
+    def drop_unlisted(self, mark: int, listed: Iterable[str]) -> list[str]:
+        """Forget the names noted up to ``mark`` that a listing started after ``mark`` did not find.
+
+        Such a name left the directory behind this process's back (another
+        host took it: inotify sees nothing over NFS). A name noted after
+        ``mark`` stays even if the listing missed it: it may have arrived
+        after the listing read that part of the directory. O(n).
+
+        Returns:
+            The names forgotten.
+        """
+        seen = listed if isinstance(listed, set | frozenset) else set(listed)
+        gone = [name for name, stamp in self._present.items() if stamp <= mark and name not in seen]
+        for name in gone:
+            self.discard(name)
+        return gone
 
     def pop_oldest(self) -> str | None:
         """Remove and return the oldest name, or None when empty. O(log n) amortised."""
@@ -77,7 +106,7 @@ class ReadyIndex:
         return self._by_id.get(message_id)
 
     def _forget(self, name: str) -> None:
-        self._present.remove(name)
+        del self._present[name]
         mid = name.partition(".")[0]
         if self._by_id.get(mid) == name:
             del self._by_id[mid]

@@ -2,9 +2,11 @@
 
 A hypothesis state machine runs random add / update / discard / pop sequences
 against a plain ``set`` model: the index must always hold exactly the model's
-names, ``pop_oldest`` must return the model's minimum, and ``pop_fuzzed(peers)``
+names, ``pop_oldest`` must return the model's minimum, ``pop_fuzzed(peers)``
 one of its ``peers + 1`` smallest names (SoftLayer MQ's peer fuzz,
-``docs/protocol.md`` section 10).
+``docs/protocol.md`` section 10), and a rescan (``mark``, names noted during
+the listing, ``drop_unlisted``) must forget exactly the names noted before the
+listing started that the listing did not find.
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ class ReadyIndexMachine(RuleBasedStateMachine):
         if peers == 0:
             assert got == min(self.model)
         self.model.remove(got)
+
+    @rule(listed=st.lists(names, max_size=30), during=st.lists(names, max_size=5))
+    def rescan(self, listed: list[str], during: list[str]) -> None:
+        mark = self.index.mark()
+        for name in during:  # noted while the listing runs (sends, inotify, a receive putting names back)
+            self.index.add(name)
+            self.model.add(name)
+        gone = self.model - set(listed) - set(during)
+        assert sorted(self.index.drop_unlisted(mark, listed)) == sorted(gone)
+        self.model -= gone
 
     @precondition(lambda self: len(self.model) > 0)
     @rule(data=st.data())
@@ -195,3 +207,27 @@ def test_pop_fuzzed_returns_one_of_the_oldest(initial: list[str], peers: int, rn
     got = index.pop_fuzzed(peers, rng)
     assert got in expected[: peers + 1]
     assert sorted(n for n in POOL_NAMES if n in index) == [n for n in expected if n != got]
+
+
+def test_a_rescan_forgets_names_another_host_took_but_keeps_names_noted_while_it_listed() -> None:
+    gen = IdGenerator()
+    taken, kept, renewed, during, fresh = (ready_name(gen.next_id(), 0) for _ in range(5))
+    index = ReadyIndex([taken, kept, renewed])
+    mark = index.mark()  # the listing starts; it finds ``kept`` only (another host took the others)
+    index.add(renewed)  # noted again while it lists (e.g. a receive put it back): it stays
+    index.add(during)  # arrived after the listing read that part of the directory
+    assert index.drop_unlisted(mark, [kept, fresh]) == [taken]
+    assert len(index) == 3 and taken not in index and fresh not in index
+    assert index.name_for(taken.partition(".")[0]) is None
+    assert [index.pop_oldest() for _ in range(3)] == [kept, renewed, during]
+    assert index.pop_oldest() is None
+
+
+def test_a_rescan_of_an_empty_directory_empties_the_index() -> None:
+    gen = IdGenerator()
+    all_names = [ready_name(gen.next_id(), 0) for _ in range(3_000)]
+    index = ReadyIndex(all_names)
+    assert sorted(index.drop_unlisted(index.mark(), ())) == all_names
+    assert len(index) == 0 and index.peek_oldest() is None and index.pop_oldest() is None
+    index.add(all_names[5])
+    assert index.pop_oldest() == all_names[5]
