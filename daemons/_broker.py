@@ -706,22 +706,30 @@ class Broker:
     ) -> list[ReceivedMessage]:
         """Lease up to ``wanted`` ready messages, oldest first, in as few fetcher round trips as possible.
 
+        An answer holds each message at most once. A message leased by an
+        earlier round trip of this call can be ready again before the next
+        one (visibility timeout 0: mq-mover redelivers it and inotify
+        indexes it); its new name is set aside and put back in the index,
+        not leased again, so the handle this call returns stays the
+        message's latest.
+
         Raises:
             QueueNotFound: Nothing was ready and (``check_exists``) the queue does not exist.
             StorageUnavailable: A lease failed and nothing was leased.
         """
         fetcher = self.fetcher_for(queue)
-        out: list[ReceivedMessage] = []
+        out: dict[str, ReceivedMessage] = {}
         async with fetcher.lock:
             state = await self.queue_state(queue)
             popped = False
+            held: list[str] = []
             while len(out) < wanted:
                 names = []
                 while len(names) < wanted - len(out):
                     name = state.index.pop_fuzzed(self.settings.peers)
                     if name is None:
                         break
-                    names.append(name)
+                    (held if name.partition(".")[0] in out else names).append(name)
                 if not names:
                     break
                 popped = True
@@ -729,20 +737,22 @@ class Broker:
                     fetcher.thread, self._lease_names, queue, names, visibility_timeout_ms, state.policy
                 )
                 state.index.update(untried)
-                out.extend(leased)
+                for message in leased:
+                    out[message.message_id] = message
                 if error is not None:
                     if not out:
                         raise error
                     logger.error("receive stopped early queue=%s error=%s", queue, error)
                     break
+            state.index.update(held)
             if popped:
                 self._fire(self._room, queue)
             if not out and check_exists and not await self._in(fetcher.thread, self.store.queue_exists, queue):
                 self._forget_queue(queue)
                 raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        for message in out:
+        for message in out.values():
             self._remember(message)
-        return out
+        return list(out.values())
 
     async def _receive_waiting(
         self, queue: QueueName, wanted: int, visibility_timeout_ms: int, wait_seconds: float

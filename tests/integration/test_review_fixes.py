@@ -108,3 +108,30 @@ async def test_an_emptied_queue_shows_no_ready_message_and_no_oldest_age_on_the_
 
     now = await wait(empty, timeout=5, message=lambda: a.logs())
     assert now["oldest_ready_age_seconds"] is None
+
+
+# -- one receive returns each message at most once --------------------------------------------
+
+
+async def test_a_batch_receive_returns_each_message_once_even_when_it_comes_back_meanwhile(shared_stack, queue):
+    """Defect: a receive of 10 looped after each round trip; with visibility 0, mq-mover made the
+    messages it had just leased ready again, inotify re-indexed them, and the same receive leased
+    them again: 4-10 entries for 3 messages, all but the last handle of each already stale."""
+    stack = shared_stack
+    await stack.create_queue(queue)
+    sent = {await stack.send(queue, b"m%d" % i) for i in range(3)}
+    for attempt in range(15):
+        messages = await receive_json(stack, queue, "&visibility_timeout_seconds=0&wait_time_seconds=5")
+        ids = [m["message_id"] for m in messages]
+        assert len(ids) == len(set(ids)), f"attempt {attempt}: the same message twice in one answer: {ids}"
+        assert set(ids) <= sent and ids, f"attempt {attempt}: {ids}"
+    # Every handle of an answer is its message's latest receive: each deletes it.
+    got: dict[str, dict] = {}
+    while len(got) < len(sent):
+        for message in await receive_json(stack, queue, "&visibility_timeout_seconds=30&wait_time_seconds=5"):
+            assert message["message_id"] not in got
+            got[message["message_id"]] = message
+    for message in got.values():
+        reply = await delete_by_handle(stack, queue, message)
+        assert reply.status == 200, f"{reply.status} {reply.body!r}"
+    assert (await stats(stack, queue))["ready"] == 0
