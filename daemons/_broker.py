@@ -584,13 +584,15 @@ class Broker:
             delay_ms: Invisible for this long (0-900,000 ms); held in ``delay/`` meanwhile.
         Raises:
             QueueNotFound: No such queue.
-            QueueFull: The queue stayed at capacity for capacity_wait_seconds (429).
+            QueueFull: The queue stayed at capacity for capacity_wait_seconds (429; never for a delayed send).
             StorageUnavailable: It could not be guaranteed stored (503).
         """
         state = await self.queue_state(queue)
-        state, admitted = await self._reserve(queue, state, 1)
-        if not admitted:
-            raise self._queue_full(queue, state)
+        admitted = 0
+        if delay_ms == 0:  # a delayed message is not ready: capacity never holds or refuses it
+            state, admitted = await self._reserve(queue, state, 1)
+            if not admitted:
+                raise self._queue_full(queue, state)
         try:
             message_id = await self._in(
                 self.savers, lambda: self.store.send(queue, body, content_type, attributes or None, delay_ms)
@@ -604,27 +606,35 @@ class Broker:
     async def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
         """Send several messages with one group commit (SQS SendMessageBatch); a result per entry, in order.
 
-        Entries that do not fit under the queue's capacity (after waiting up to
-        capacity_wait_seconds for any room) get QueueFull.
+        Of the entries without a delay, those that do not fit under the
+        queue's capacity (after waiting up to capacity_wait_seconds for any
+        room) get QueueFull, the first ones in entry order being sent. Delayed
+        entries are never held or refused: capacity counts ready messages only.
 
         Raises:
             QueueNotFound: No such queue.
         """
         state = await self.queue_state(queue)
-        state, admitted = await self._reserve(queue, state, len(entries))
-        results: list[MessageId | MQError] = []
+        immediate = [i for i, entry in enumerate(entries) if entry.delay_ms == 0]
+        admitted = 0
+        if immediate:
+            state, admitted = await self._reserve(queue, state, len(immediate))
+        refused = set(immediate[admitted:])
+        chosen = [i for i in range(len(entries)) if i not in refused]
+        stored: list[MessageId | MQError] = []
         try:
-            if admitted:
-                results = await self._store_batch(queue, entries[:admitted])
+            if chosen:
+                stored = await self._store_batch(queue, [entries[i] for i in chosen])
                 ready = self.fetcher_for(queue).queues.get(queue)
-                for entry, result in zip(entries, results, strict=False):
-                    if isinstance(result, str) and entry.delay_ms == 0 and ready is not None:
+                for i, result in zip(chosen, stored, strict=True):
+                    if isinstance(result, str) and entries[i].delay_ms == 0 and ready is not None:
                         ready.index.add(ready_name(result, 0))
                 self._fire(self._arrivals, queue)
         finally:
             state.sending -= admitted
+        by_entry = dict(zip(chosen, stored, strict=True))
         full = self._queue_full(queue, state)
-        return results + [full] * (len(entries) - admitted)
+        return [by_entry.get(i, full) for i in range(len(entries))]
 
     async def _store_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
         """Write a batch's files on several saver threads at once, then publish them with one directory fsync.
