@@ -74,6 +74,11 @@ logger = logging.getLogger("mq.front")
 #: after this is a client that has not finished uploading, and never got a 201.
 #: Long polls and sends waiting for room return at once when mq stops.
 SHUTDOWN_TIMEOUT_SECONDS = 5.0
+#: Longest HTTP header value mq reads, in bytes (aiohttp's default: 8,190). A message's attributes are
+#: at most 8,000 bytes as compact JSON (mqcore.attributes.MAX_ATTRIBUTES_JSON_BYTES), but a client may
+#: send X-Message-Attributes with spaces or \u escapes; below this size the header reaches mq, which
+#: accepts it or answers 400 invalid_attribute with a JSON body, never aiohttp's plain-text 400.
+MAX_HEADER_FIELD_BYTES = 32_768
 
 
 def make_app(broker: Broker) -> web.Application:
@@ -124,7 +129,13 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     broker = Broker(settings)
     await broker.start()
     access_log = logging.getLogger("mq.access") if settings.access_log else None
-    runner = web.AppRunner(make_app(broker), access_log=access_log, handle_signals=False, handler_cancellation=True)
+    runner = web.AppRunner(
+        make_app(broker),
+        access_log=access_log,
+        handle_signals=False,
+        handler_cancellation=True,
+        max_field_size=MAX_HEADER_FIELD_BYTES,
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.address, settings.port, shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS, backlog=1024)
     try:

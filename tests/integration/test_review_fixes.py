@@ -179,3 +179,30 @@ async def test_a_full_queue_takes_delayed_sends_at_once_single_and_batch(shared_
     await wait(all_ready, timeout=10, message=lambda: stack.logs())
     got = [m["message_id"] for m in await receive_json(stack, queue, "&visibility_timeout_seconds=30")]
     assert len(got) == 5 and got[0] == ready_id
+
+
+# -- attribute headers longer than aiohttp's default field limit reach mq -----------------------
+
+
+async def test_an_attributes_header_over_8190_bytes_reaches_mq_accepted_or_refused_as_json(shared_stack, queue):
+    """Defect: aiohttp refused any header over 8,190 bytes with a plain-text 400 before mq saw it, so
+    valid attributes sent with spaces failed, and oversized ones got no JSON error body."""
+    stack = shared_stack
+    await stack.create_queue(queue)
+    attributes = {f"key-{i}": "v" * 760 for i in range(10)}
+    compact = json.dumps(attributes, separators=(",", ":"))
+    assert len(compact) <= 8000  # within mq's limit (mqcore.attributes.MAX_ATTRIBUTES_JSON_BYTES)
+    spaced = json.dumps(attributes, separators=(",  " + " " * 40, ":  " + " " * 40))
+    assert len(spaced) > 8190
+    sent = await stack.request("POST", f"/{queue}/messages", data=b"spaced", headers={"X-Message-Attributes": spaced})
+    assert sent.status == 201, f"{sent.status} {sent.body[:300]!r}"
+    got = await stack.request("GET", f"/{queue}/messages")
+    assert got.status == 200 and got.body == b"spaced"
+    assert json.loads(got.header("X-Message-Attributes")) == attributes
+
+    too_big = json.dumps({"big": "x" * 9000})
+    assert 9000 < len(too_big) < 9100
+    reply = await stack.request("POST", f"/{queue}/messages", data=b"no", headers={"X-Message-Attributes": too_big})
+    assert_error(reply, 400, "invalid_attribute", "9 KB of attributes")
+    assert "8000" in reply.json["message"]
+    assert (await stats(stack, queue))["ready"] == 0
