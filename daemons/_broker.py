@@ -348,11 +348,22 @@ class Broker:
             state.index.discard(name)
             self._fire(self._room, queue)
 
-    def _note_ready(self, queue: QueueName, name: str) -> None:
-        """This daemon made ``name`` ready in ``queue``: index it and wake long polls."""
+    def _note_ready(self, queue: QueueName, *names: str) -> None:
+        """This daemon made ``names`` ready in ``queue`` (its renames are done): index them and wake long polls.
+
+        On a queue watched by inotify, the names are taken from the events
+        the renames queued, read now (so a receive right after finds them).
+        Adding them here as well could bring back a name that a long poll,
+        woken by such an event before this call, has already leased: a
+        stale entry counted as ready (and against the capacity) until a
+        receive or a rescan dropped it.
+        """
         state = self.fetcher_for(queue).queues.get(queue)
         if state is not None:
-            state.index.add(name)
+            if self.watcher is not None and self.watcher.watching(queue):
+                self._on_watch_events()
+            else:
+                state.index.update(names)
         self._fire(self._arrivals, queue)
 
     async def _rescan_loop(self) -> None:
@@ -625,11 +636,12 @@ class Broker:
         try:
             if chosen:
                 stored = await self._store_batch(queue, [entries[i] for i in chosen])
-                ready = self.fetcher_for(queue).queues.get(queue)
-                for i, result in zip(chosen, stored, strict=True):
-                    if isinstance(result, str) and entries[i].delay_ms == 0 and ready is not None:
-                        ready.index.add(ready_name(result, 0))
-                self._fire(self._arrivals, queue)
+                ready = [
+                    ready_name(result, 0)
+                    for i, result in zip(chosen, stored, strict=True)
+                    if isinstance(result, str) and entries[i].delay_ms == 0
+                ]
+                self._note_ready(queue, *ready)
         finally:
             state.sending -= admitted
         by_entry = dict(zip(chosen, stored, strict=True))

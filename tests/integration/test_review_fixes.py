@@ -206,3 +206,23 @@ async def test_an_attributes_header_over_8190_bytes_reaches_mq_accepted_or_refus
     assert_error(reply, 400, "invalid_attribute", "9 KB of attributes")
     assert "8000" in reply.json["message"]
     assert (await stats(stack, queue))["ready"] == 0
+
+
+# -- a send leased at once by a waiting long poll leaves no phantom behind --------------------------
+
+
+async def test_a_message_a_long_poll_took_at_once_is_not_counted_ready_afterwards(shared_stack, queue):
+    """Defect (found while testing the others): inotify indexed a sent message and woke a waiting long
+    poll, which leased it before the send noted the name itself; the send then put it back, a stale
+    entry counted as ready (and against capacity) until a receive or a rescan dropped it."""
+    stack = shared_stack
+    reply = await put_json(stack, f"/{queue}", {"capacity": 1, "capacity_wait_seconds": 0})
+    assert reply.status == 201, reply.body
+    for i in range(10):
+        poll = asyncio.create_task(stack.request("GET", f"/{queue}/messages?wait_time_seconds=10"))
+        await asyncio.sleep(0.1)
+        sent = await stack.send(queue, b"m%d" % i)
+        got = await poll
+        assert got.status == 200 and got.header("X-Message-Id") == sent
+        ready = (await stats(stack, queue))["ready"]
+        assert ready == 0, f"round {i}: a message a poll took is still counted ready ({ready})"
