@@ -21,7 +21,7 @@ import logging
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -96,13 +96,17 @@ class _Signal:
     """A one-shot notification that is re-armed after every firing (asyncio, loop thread only).
 
     Waiters take :meth:`event` *before* looking at the state they wait for, so
-    a firing between the look and the wait is never missed.
+    a firing between the look and the wait is never missed. ``holders``
+    counts the waiters between taking the event and giving up on it
+    (:meth:`Broker._holding`), so the broker keeps a signal only while
+    someone holds it.
     """
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "holders")
 
     def __init__(self) -> None:
         self._event: asyncio.Event | None = None
+        self.holders = 0
 
     def event(self) -> asyncio.Event:
         """The event the next :meth:`fire` sets."""
@@ -209,11 +213,25 @@ class Broker:
     async def _in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
-    def _signal(self, signals: dict[QueueName, _Signal], queue: QueueName) -> _Signal:
+    @contextlib.contextmanager
+    def _holding(self, signals: dict[QueueName, _Signal], queue: QueueName) -> Iterator[asyncio.Event]:
+        """The event the next firing of ``queue``'s signal in ``signals`` sets, held for the ``with`` block.
+
+        Take it *before* looking at the state waited for. The signal stays
+        in ``signals`` while someone holds it and the last holder drops it,
+        so the maps hold only queues with waiters, never every queue ever
+        used (and a firing with nobody waiting costs one dict lookup).
+        """
         signal = signals.get(queue)
         if signal is None:
             signal = signals[queue] = _Signal()
-        return signal
+        signal.holders += 1
+        try:
+            yield signal.event()
+        finally:
+            signal.holders -= 1
+            if signal.holders == 0 and signals.get(queue) is signal:
+                del signals[queue]
 
     def _fire(self, signals: dict[QueueName, _Signal], queue: QueueName) -> None:
         signal = signals.get(queue)
@@ -307,8 +325,10 @@ class Broker:
         self.fetcher_for(queue).queues.pop(queue, None)
         if self.watcher is not None:
             self.watcher.unwatch(queue)
-        self._fire(self._arrivals, queue)  # waiters look again (and find the queue gone: 404)
-        self._fire(self._room, queue)
+        for signals in (self._arrivals, self._room):
+            signal = signals.pop(queue, None)
+            if signal is not None:
+                signal.fire()  # waiters look again (and find the queue gone: 404)
 
     def _on_watch_events(self) -> None:
         assert self.watcher is not None
@@ -566,7 +586,8 @@ class Broker:
             remaining = deadline - loop.time()
             if remaining <= 0 or self.stopping:
                 return state, 0
-            await _runtime.wait_for_wake(self._signal(self._room, queue).event(), remaining)
+            with self._holding(self._room, queue) as room_made:
+                await _runtime.wait_for_wake(room_made, remaining)
             state = await self.queue_state(queue)
 
     def _queue_full(self, queue: QueueName, state: _QueueState) -> QueueFull:
@@ -789,12 +810,13 @@ class Broker:
         deadline = loop.time() + wait_seconds
         check_exists = True
         while True:
-            arrival = self._signal(self._arrivals, queue).event()
-            messages = await self._lease_some(queue, wanted, visibility_timeout_ms, check_exists)
-            remaining = deadline - loop.time()
-            if messages or self.stopping or remaining <= 0:
-                return messages
-            check_exists = not await _runtime.wait_for_wake(arrival, remaining) or self.stopping
+            with self._holding(self._arrivals, queue) as arrival:
+                messages = await self._lease_some(queue, wanted, visibility_timeout_ms, check_exists)
+                remaining = deadline - loop.time()
+                if messages or self.stopping or remaining <= 0:
+                    return messages
+                woken = await _runtime.wait_for_wake(arrival, remaining)
+            check_exists = not woken or self.stopping
 
     async def receive(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -107,6 +108,7 @@ class RedriveRunner:
     def __init__(self, host: RedriveHost) -> None:
         self.host = host
         self.tasks: dict[QueueName, _Redrive] = {}
+        """The running task per dead-letter queue (a task removes itself when it ends)."""
         self._lock = asyncio.Lock()
 
     async def _in(self, fn: Callable[..., T], *args: Any) -> T:
@@ -155,6 +157,7 @@ class RedriveRunner:
             await self._in(self.host.store.write_redrive_status, source, status)
             redrive = _Redrive(status)
             redrive.task = asyncio.get_running_loop().create_task(self._run(source, redrive))
+            redrive.task.add_done_callback(functools.partial(self._ended, source, redrive))
             self.tasks[source] = redrive
         logger.info(
             "redrive started queue=%s destination=%s rate=%d task=%s", source, destination, rate, status["task_id"]
@@ -202,6 +205,11 @@ class RedriveRunner:
             local.wake.set()
         logger.info("redrive cancel requested queue=%s task=%s", source, status.get("task_id"))
         return status
+
+    def _ended(self, source: QueueName, redrive: _Redrive, task: asyncio.Task[None]) -> None:
+        """Forget a finished task (its status is in its file): ``tasks`` holds running tasks only."""
+        if self.tasks.get(source) is redrive:
+            del self.tasks[source]
 
     def stop(self, source: QueueName) -> None:
         """End the task out of ``source`` now (its queue was deleted)."""

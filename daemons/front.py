@@ -65,7 +65,7 @@ from daemons._http import (
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from mqcore.errors import ConfigError
 
-__all__ = ["Broker", "Settings", "cli", "main", "make_app", "serve"]
+__all__ = ["Broker", "Settings", "cli", "main", "make_app", "make_runner", "serve"]
 
 logger = logging.getLogger("mq.front")
 
@@ -112,6 +112,23 @@ def make_app(broker: Broker) -> web.Application:
     return app
 
 
+def make_runner(broker: Broker) -> web.AppRunner:
+    """The aiohttp runner that serves ``broker`` (what :func:`serve` listens with).
+
+    Requests whose client disconnects are cancelled (``handler_cancellation``:
+    a long poll must not lease messages for a consumer that is gone); header
+    values up to :data:`MAX_HEADER_FIELD_BYTES` are read.
+    """
+    access_log = logging.getLogger("mq.access") if broker.settings.access_log else None
+    return web.AppRunner(
+        make_app(broker),
+        access_log=access_log,
+        handle_signals=False,
+        handler_cancellation=True,
+        max_field_size=MAX_HEADER_FIELD_BYTES,
+    )
+
+
 async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = None) -> int:
     """Run the HTTP front end until ``shutdown_trigger`` is set (or SIGTERM/SIGINT when None).
 
@@ -128,14 +145,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
         _runtime.install_stop_signals(stop)
     broker = Broker(settings)
     await broker.start()
-    access_log = logging.getLogger("mq.access") if settings.access_log else None
-    runner = web.AppRunner(
-        make_app(broker),
-        access_log=access_log,
-        handle_signals=False,
-        handler_cancellation=True,
-        max_field_size=MAX_HEADER_FIELD_BYTES,
-    )
+    runner = make_runner(broker)
     await runner.setup()
     site = web.TCPSite(runner, settings.address, settings.port, shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS, backlog=1024)
     try:

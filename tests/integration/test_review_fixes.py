@@ -7,10 +7,15 @@ nothing is mocked. Each test names the defect it guards against.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
+
+from daemons.front import Broker, Settings, make_runner
 
 
 def assert_error(reply, status: int, code: str, context: str = "") -> dict:
@@ -226,3 +231,87 @@ async def test_a_message_a_long_poll_took_at_once_is_not_counted_ready_afterward
         assert got.status == 200 and got.header("X-Message-Id") == sent
         ready = (await stats(stack, queue))["ready"]
         assert ready == 0, f"round {i}: a message a poll took is still counted ready ({ready})"
+
+
+# -- the daemon forgets the waiters' signals and the redrive tasks it no longer needs -------------
+
+
+@contextlib.asynccontextmanager
+async def mq_in_process(root) -> AsyncIterator[tuple[Broker, str]]:
+    """mq's broker served in this process as ``serve()`` serves it (real socket, real files), so that a
+    test can look at what the daemon keeps in memory; yields (broker, base URL)."""
+    broker = Broker(Settings(root=str(root), port=0))
+    await broker.start()
+    runner = make_runner(broker)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield broker, f"http://{host}:{port}"
+    finally:
+        await broker.begin_stop()
+        await runner.cleanup()
+        await broker.close()
+
+
+async def test_no_signal_or_redrive_task_outlives_its_waiters(tmp_path, http, wait):
+    """Defect: the broker kept a long-poll and a capacity signal for every queue ever used, even
+    deleted ones, and every redrive task it ever ran: memory grew without bound."""
+    async with mq_in_process(tmp_path / "root") as (broker, url):
+
+        async def call(method: str, path: str, data=None, status: int | None = None):
+            async with http.request(method, url + path, data=data) as resp:
+                body = await resp.read()
+                assert status is None or resp.status == status, f"{method} {path} -> {resp.status} {body[:300]!r}"
+                return resp.status, (json.loads(body) if body and resp.content_type == "application/json" else body)
+
+        async def exercise(queue: str) -> None:
+            attrs = json.dumps({"capacity": 1, "capacity_wait_seconds": 5})
+            await call("PUT", f"/{queue}", attrs, 201)
+            await call("GET", f"/{queue}/messages?wait_time_seconds=1", status=204)  # a long poll that times out
+            poll = asyncio.create_task(call("GET", f"/{queue}/messages?wait_time_seconds=10", status=200))
+            await asyncio.sleep(0.1)
+            await call("POST", f"/{queue}/messages", b"wakes the poll", 201)
+            await poll
+            await call("POST", f"/{queue}/messages", b"fills the queue", 201)
+            blocked = asyncio.create_task(call("POST", f"/{queue}/messages", b"waits for room", 201))
+            await asyncio.sleep(0.1)
+            await call("GET", f"/{queue}/messages", status=200)  # makes room
+            await blocked
+            await call("PUT", f"/{queue}/attributes", json.dumps({"capacity_wait_seconds": 1}), 200)
+            await call("POST", f"/{queue}/messages", b"refused", 429)  # waited for room in vain
+
+        await asyncio.gather(*(exercise(f"kept-{i}") for i in range(10)))
+        # A deleted queue's waiters answer at once, and nothing of it is kept.
+        await call("PUT", "/gone-empty", status=201)
+        await call("PUT", "/gone-full", json.dumps({"capacity": 1, "capacity_wait_seconds": 20}), 201)
+        await call("POST", "/gone-full/messages", b"fills the queue", 201)
+        waiting = [
+            asyncio.create_task(call("GET", "/gone-empty/messages?max_messages=10&wait_time_seconds=20")),
+            asyncio.create_task(call("POST", "/gone-full/messages", b"waits for room")),
+        ]
+        await wait(lambda: "gone-empty" in broker._arrivals and "gone-full" in broker._room, timeout=5)
+        start = time.monotonic()
+        await call("DELETE", "/gone-empty", status=200)
+        await call("DELETE", "/gone-full", status=200)
+        answers = await asyncio.gather(*waiting)
+        assert time.monotonic() - start < 3
+        assert [status for status, _ in answers] == [404, 404], answers
+        assert broker._arrivals == {} and broker._room == {}
+
+        # A redrive task is forgotten when it ends; its status stays readable from its file.
+        await call("PUT", "/dlq", status=201)
+        await call("PUT", "/back", status=201)
+        for i in range(5):
+            await call("POST", "/dlq/messages", b"dead %d" % i, 201)
+        for _ in range(2):
+            await call("POST", "/dlq/redrive", json.dumps({"destination": "back"}), 202)
+
+            async def completed() -> bool:
+                _, body = await call("GET", "/dlq/redrive", status=200)
+                return body["task"]["state"] == "completed"
+
+            await wait(completed, timeout=10)
+            await wait(lambda: broker.redrives.tasks == {}, timeout=5)
+        assert (await call("GET", "/back"))[1]["ready"] == 5
