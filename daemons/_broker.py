@@ -58,16 +58,6 @@ MAX_REMEMBERED_LEASES = 100_000
 MAX_CACHED_QUEUE_NAMES = 100_000
 
 
-def lease_policy(attrs: QueueAttributes, purged_before: MessageId | None) -> LeasePolicy:
-    """The checks a receive makes (dead-letter, retention, purge) for a queue with ``attrs``."""
-    return LeasePolicy(
-        max_receive_count=attrs.max_receive_count,
-        dead_letter_queue=attrs.dead_letter_queue,
-        retention_ms=attrs.retention_seconds * 1000,
-        purged_before=purged_before,
-    )
-
-
 @dataclass
 class _QueueState:
     """What this daemon knows about one queue: its ready index and its cached metadata."""
@@ -241,9 +231,10 @@ class Broker:
     # -- queue state: index and cached metadata ----------------------------
 
     def _read_meta(self, queue: QueueName) -> tuple[dict[str, Any], int | None, MessageId | None]:
-        """(explicit attributes, created_ms, purged_before) of ``queue`` (worker thread; QueueNotFound)."""
-        explicit = self.store.get_attributes(queue)
-        return explicit, self.store.queue_created_ms(queue), self.store.purged_before(queue)
+        """(explicit attributes, created_ms, purged_before) of ``queue``: one read of ``.attributes``, one of
+        ``.purge`` (worker thread; QueueNotFound)."""
+        explicit, created_ms = self.store.queue_settings(queue)
+        return explicit, created_ms, self.store.purged_before(queue)
 
     def _list_and_read(self, queue: QueueName) -> tuple[list[str], tuple[dict[str, Any], int | None, MessageId | None]]:
         names = self.store.scan_ready(queue)
@@ -257,7 +248,7 @@ class Broker:
         state.attrs = effective(explicit, self.defaults)
         state.created_ms = created_ms
         state.purged_before = purged_before
-        state.policy = lease_policy(state.attrs, purged_before)
+        state.policy = LeasePolicy.for_queue(state.attrs, purged_before)
         self._fire(self._room, queue)  # the capacity may have changed
 
     async def queue_state(self, queue: QueueName) -> _QueueState:
@@ -314,7 +305,8 @@ class Broker:
         if self._early_events.get(queue) is early:
             del self._early_events[queue]
         attrs = effective(meta[0], self.defaults)
-        state = _QueueState(ReadyIndex(names), watched, meta[0], attrs, meta[1], meta[2], lease_policy(attrs, meta[2]))
+        policy = LeasePolicy.for_queue(attrs, meta[2])
+        state = _QueueState(ReadyIndex(names), watched, meta[0], attrs, meta[1], meta[2], policy)
         fetcher.queues[queue] = state
         for event in early:
             self._apply_to_state(queue, state, event)
@@ -849,12 +841,8 @@ class Broker:
         if attempt_id is None:
             return await self._receive_waiting(queue, max_messages, vt_ms, wait)
         async with self._attempt_lock(queue, attempt_id):
-
-            def load() -> tuple[list[str] | None, int | None]:
-                handles = self.store.load_attempt(queue, attempt_id)
-                return handles, (self.store.attempt_created_ms(queue, attempt_id) if handles is not None else None)
-
-            handles, created_ms = await self._in(self.savers, load)
+            record = await self._in(self.savers, self.store.load_attempt_record, queue, attempt_id)
+            handles, created_ms = record if record is not None else (None, None)
             rest: list[str] = []
             if handles is not None:
                 # At most max_messages are received again; the others stay recorded for a later retry.

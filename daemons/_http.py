@@ -412,9 +412,10 @@ async def send_batch(request: web.Request) -> web.Response:
     """POST /<queue>/messages/batch {"messages": [...]} -> 200 {"successful", "failed"} (SQS SendMessageBatch).
 
     Entries: {"id"?, "body" | "body_base64", "content_type"?, "attributes"?, "delay_seconds"?};
-    1..--max-batch-messages of them, ids distinct. Valid entries are written with one group
-    commit (Store.send_batch); each invalid one fails alone (sender_fault true). The sum of
-    the bodies (and attributes) must fit max_message_bytes (413 for the whole request).
+    1..--max-batch-messages of them, ids distinct. Valid entries are written on several saver
+    threads at once and published with one group commit (Broker.send_batch, Broker._store_batch);
+    each invalid one fails alone (sender_fault true). The sum of the bodies (and attributes)
+    must fit max_message_bytes (413 for the whole request).
     """
     queue = check_queue_name(request.match_info["queue"])
     query_params(request, ())

@@ -7,6 +7,7 @@ nothing is mocked. Each test names the defect it guards against.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import time
@@ -16,6 +17,8 @@ import pytest
 from aiohttp import web
 
 from daemons.front import Broker, Settings, make_runner
+from mqcore.names import QueueName
+from mqcore.protocol import Store
 
 
 def assert_error(reply, status: int, code: str, context: str = "") -> dict:
@@ -315,3 +318,52 @@ async def test_no_signal_or_redrive_task_outlives_its_waiters(tmp_path, http, wa
             await wait(completed, timeout=10)
             await wait(lambda: broker.redrives.tasks == {}, timeout=5)
         assert (await call("GET", "/back"))[1]["ready"] == 5
+
+
+# -- queue settings, lease policy and attempt records each read once -----------------------------
+
+
+async def test_settings_another_process_writes_and_retried_attempts_are_read_whole(shared_stack, queue, wait):
+    """The daemon reads a queue's attributes and creation time in one read of ``.attributes``
+    (Store.queue_settings), builds its lease policy with LeasePolicy.for_queue, and reads an attempt
+    record's handles and first-call time in one read (Store.load_attempt_record)."""
+    stack = shared_stack
+    store = Store(stack.root)
+    dlq = f"{queue[:70]}-dlq"
+    await stack.create_queue(dlq)
+    await stack.create_queue(queue)
+    explicit, created_ms = store.queue_settings(QueueName(queue))
+    assert explicit == {} and isinstance(created_ms, int)
+    assert (await stats(stack, queue))["created_ms"] == created_ms
+    # Another process sets a dead-letter policy: mq re-reads the settings (inotify marks them stale).
+    store.set_attributes(QueueName(queue), {"dead_letter_queue": dlq, "max_receive_count": 1})
+
+    async def policy_seen() -> dict | None:
+        s = await stats(stack, queue)
+        return s if s["attributes"]["max_receive_count"] == 1 else None
+
+    now = await wait(policy_seen, timeout=5, message=lambda: stack.logs())
+    assert now["attributes"]["dead_letter_queue"] == dlq and now["created_ms"] == created_ms
+    sent = await stack.send(queue, b"fails once")
+    [first] = await receive_json(stack, queue, "&visibility_timeout_seconds=0")
+    assert first["message_id"] == sent
+
+    async def dead_lettered() -> list | None:
+        got = await receive_json(stack, dlq, "&visibility_timeout_seconds=30")
+        return got or None
+
+    [dead] = await wait(dead_lettered, timeout=5, message=lambda: stack.logs())
+    assert dead["message_id"] == sent and base64.b64decode(dead["body_base64"]) == b"fails once"
+    assert await receive_json(stack, queue) == []
+
+    # A retried receive gets the same messages and keeps the first call's time in its record.
+    for i in range(2):
+        await stack.send(dlq, b"m%d" % i)
+    got = await receive_json(stack, dlq, "&attempt_id=once-only")
+    record = store.load_attempt_record(QueueName(dlq), "once-only")
+    assert record is not None and record[0] == [m["receipt_handle"] for m in got]
+    await asyncio.sleep(0.05)
+    retried = await receive_json(stack, dlq, "&attempt_id=once-only")
+    assert [m["message_id"] for m in retried] == [m["message_id"] for m in got] and len(got) == 2
+    again = store.load_attempt_record(QueueName(dlq), "once-only")
+    assert again is not None and again[0] == [m["receipt_handle"] for m in retried] and again[1] == record[1]
