@@ -1,7 +1,8 @@
 """Defects a review found in the mq daemon, each reproduced end to end and fixed.
 
 Real daemons as subprocesses (the fixtures of ``tests/conftest.py``), real HTTP, real files;
-nothing is mocked. Each test names the defect it guards against.
+nothing is mocked. Each test names the defect it guards against. One test serves mq's broker in
+this process instead (as ``serve()`` does, on a real socket), to look at what it keeps in memory.
 """
 
 from __future__ import annotations
