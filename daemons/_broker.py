@@ -1020,24 +1020,18 @@ class Broker:
 
     def _redrive_names(
         self, source: QueueName, names: list[str], destination: QueueName | None
-    ) -> list[tuple[str, QueueName | None, str | None, bool]]:
+    ) -> list[tuple[str, tuple[QueueName, str] | None, bool]]:
         """Fetcher thread: redrive each name.
 
         Returns:
-            Per name: (name, destination or None, its ready name there if it kept its id,
-            still in the dead-letter queue). A message moved into a queue purged after its
-            send gets a fresh id (Store.redrive_one): inotify or a rescan indexes that one.
+            Per name: (name, (destination, its new ready name there) or None, still in the
+            dead-letter queue).
         """
         out = []
         qdir = self.store.layout.queue_dir(source)
         for name in names:
-            dest = self.store.redrive_one(source, name, destination)
-            if dest is None:
-                out.append((name, None, None, os.path.lexists(os.path.join(qdir, name))))
-                continue
-            same = ready_name(MessageId(name.partition(".")[0]), 0)
-            kept = os.path.lexists(os.path.join(self.store.layout.queue_dir(dest), same))
-            out.append((name, dest, same if kept else None, False))
+            moved = self.store.redrive_one(source, name, destination)
+            out.append((name, moved, moved is None and os.path.lexists(os.path.join(qdir, name))))
         return out
 
     async def redrive_step(
@@ -1059,13 +1053,10 @@ class Broker:
                 return None
             results = await self._in(fetcher.thread, self._redrive_names, source, names, destination)
         moved = newly_skipped = 0
-        for name, dest, ready, stays in results:
-            if dest is not None:
+        for name, target, stays in results:
+            if target is not None:
                 moved += 1
-                if ready is not None:
-                    self._note_ready(dest, ready)
-                else:
-                    self._fire(self._arrivals, dest)
+                self._note_ready(*target)
             elif stays:
                 newly_skipped += 1
                 skipped.add(name)

@@ -1235,7 +1235,7 @@ class Store:
 
     def redrive_one(
         self, dead_letter_queue: QueueName, filename: str, destination: QueueName | None = None
-    ) -> QueueName | None:
+    ) -> tuple[QueueName, str] | None:
         """Move one ready message out of a dead-letter queue: ``queues/DLQ/ID.RC`` -> ``queues/DEST/NEWID.0``.
 
         The message gets a fresh id (NEWID) and its receive count starts
@@ -1250,7 +1250,8 @@ class Store:
         fsynced (group commit).
 
         Returns:
-            DEST, or None if the file is gone, has no known source queue, or DEST does not exist.
+            ``(DEST, its ready file name there)``, or None if the file is gone, has no known
+            source queue, or DEST does not exist.
         Raises:
             StorageUnavailable: The rename or fsync failed.
         """
@@ -1268,8 +1269,9 @@ class Store:
             except ValueError:
                 return None
         qdir = self.layout.queue_dir(dest)
+        target = ready_name(self.ids.next_id(), 0)
         try:
-            os.rename(src, os.path.join(qdir, ready_name(self.ids.next_id(), 0)))
+            os.rename(src, os.path.join(qdir, target))
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -1278,7 +1280,7 @@ class Store:
             self._sync_dir(qdir)
         except OSError as exc:
             raise _storage_error("fsync of the destination queue", exc) from exc
-        return dest
+        return dest, target
 
     def _header_of(self, path: str) -> dict[str, Any]:
         """The header of a message file ({} if unreadable)."""

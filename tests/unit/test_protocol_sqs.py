@@ -336,8 +336,8 @@ def test_redrive_sends_back_to_the_source_with_a_fresh_id_and_receive_count(stor
     receive(store, vt_ms=0)
     [item] = store.scan_in_flight()
     store.dead_letter(item, DLQ)
-    assert store.redrive_one(DLQ, ready_name(mid, 1)) == Q
-    [name] = messages(store, f"queues/{Q}")
+    dest, name = store.redrive_one(DLQ, ready_name(mid, 1))
+    assert dest == Q and messages(store, f"queues/{Q}") == [name]
     new_id, count = name.split(".")
     assert new_id > mid and count == "0"
     back = receive(store)
@@ -345,7 +345,7 @@ def test_redrive_sends_back_to_the_source_with_a_fresh_id_and_receive_count(stor
     assert store.redrive_one(DLQ, ready_name(mid, 1)) is None  # already moved
     other = store.send(DLQ, b"sent straight to the DLQ")
     assert store.redrive_one(DLQ, ready_name(other, 0)) is None  # no source queue to go back to
-    assert store.redrive_one(DLQ, ready_name(other, 0), destination=Q) == Q
+    assert store.redrive_one(DLQ, ready_name(other, 0), destination=Q)[0] == Q
 
 
 # -- retention and sweeps ---------------------------------------------------------------------
@@ -396,7 +396,7 @@ def test_messages_moved_into_a_queue_purged_after_their_send_are_kept(store: Sto
     store.redeliver(item)
     store.purge(Q)  # and the source queue was purged before the redrive
     [name] = messages(store, f"queues/{DLQ}")
-    assert store.redrive_one(DLQ, name) == Q
+    assert store.redrive_one(DLQ, name)[0] == Q
     back = receive(store, policy=store.policy(Q))
     assert back is not None and back.body == b"poison"
 
