@@ -73,6 +73,9 @@ class DirWatcher:
             return True
         try:
             wd = self._ino.add_watch(path, self._mask)
+        except FileNotFoundError:
+            logger.debug("not watched path=%s (does not exist)", path)  # e.g. a request for a missing queue
+            return False
         except OSError as exc:
             logger.warning("inotify watch failed path=%s error=%s", path, exc)
             return False
