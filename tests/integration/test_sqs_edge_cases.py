@@ -1,4 +1,5 @@
-"""Defects a review found in the mq daemon, each reproduced end to end and fixed.
+"""Edge cases of the SQS semantics that a review caught: stale indexes across hosts, one message
+per receive, delayed sends at capacity, long attribute headers, bounded memory.
 
 Real daemons as subprocesses (the fixtures of ``tests/conftest.py``), real HTTP, real files;
 nothing is mocked. Each test names the defect it guards against. One test serves mq's broker in
