@@ -885,13 +885,23 @@ class Broker:
         fetcher = self.fetcher_for(queue)
         async with fetcher.lock:
             state = await self.queue_state(queue)
-            hints = [lease.current if (lease := self.handles.get(h)) else None for h in handles]
+            hints = {h: lease.current for h in handles if (lease := self.handles.get(h))}
 
             def relet_all() -> list[ReceivedMessage]:
+                # One listing of delay/ at most for the handles this daemon has no hint for
+                # (a retry sent to another daemon), not one per handle.
+                current = self.store.find_leases(queue, handles, hints)
                 out = []
-                for handle, hint in zip(handles, hints, strict=True):
+                for handle in handles:
                     try:
-                        message = self.store.relet(queue, handle, visibility_timeout_ms, policy=state.policy, hint=hint)
+                        message = self.store.relet(
+                            queue,
+                            handle,
+                            visibility_timeout_ms,
+                            policy=state.policy,
+                            hint=current.get(handle),
+                            search=False,
+                        )
                     except InvalidReceiptHandle:
                         continue
                     if message is not None:

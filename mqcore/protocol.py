@@ -871,6 +871,38 @@ class Store:
                 return name
         return self._search_lease(parsed)
 
+    def find_leases(self, queue: QueueName, handles: list[str], hints: dict[str, str] | None = None) -> dict[str, str]:
+        """Current ``delay/`` names of the leases several handles made, with at most one listing of ``delay/``.
+
+        Like :meth:`find_lease` for each handle, but the handles neither found
+        by name nor by ``hints`` (handle -> remembered name) share one listing.
+        Malformed handles and handles of other queues are left out.
+
+        Returns:
+            handle -> current ``delay/`` name, for the leases still in flight.
+        """
+        found: dict[str, str] = {}
+        wanted: dict[str, str] = {}  # suffix ".Q.ID.RC" -> handle
+        for handle in handles:
+            try:
+                parsed = self._handle(queue, handle)
+            except InvalidReceiptHandle:
+                continue
+            hint = (hints or {}).get(handle)
+            for name in (handle, hint):
+                if name and os.path.lexists(self.layout.delay_path(name)):
+                    found[handle] = name
+                    break
+            else:
+                wanted[f".{parsed.queue}.{parsed.message_id}.{parsed.receive_count}"] = handle
+        if wanted:
+            for name in self._listdir(self.layout.delay):
+                suffix = name[name.index(".") :] if "." in name else ""
+                handle = wanted.get(suffix)
+                if handle is not None and parse_in_flight_name(name) is not None:
+                    found[handle] = name
+        return found
+
     def _search_lease(self, parsed: InFlightName) -> str | None:
         suffix = f".{parsed.queue}.{parsed.message_id}.{parsed.receive_count}"
         for name in self._listdir(self.layout.delay):
@@ -1025,8 +1057,13 @@ class Store:
         now: int | None = None,
         policy: LeasePolicy | None = None,
         hint: str | None = None,
+        search: bool = True,
     ) -> ReceivedMessage | None:
         """Receive again the message an earlier receive got (a retried receive request attempt).
+
+        ``search=False`` skips the listing of ``delay/`` when neither the handle
+        nor ``hint`` names the lease (the caller already searched, e.g. with
+        :meth:`find_leases` for a whole batch).
 
         The message is taken from its lease's ``delay/`` file, or from
         ``queues/Q/ID.RC`` if that lease expired and nobody received it
@@ -1039,7 +1076,10 @@ class Store:
         """
         parsed = self._handle(queue, handle)
         ready = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
-        current = self.find_lease(queue, handle, hint)
+        if search:
+            current = self.find_lease(queue, handle, hint)
+        else:
+            current = next((n for n in (handle, hint) if n and os.path.lexists(self.layout.delay_path(n))), None)
         if current is not None:
             message = self._take(
                 queue,

@@ -473,3 +473,15 @@ def test_relet_takes_the_ready_file_when_the_lease_expired(store: Store) -> None
 def test_attempt_record_is_read_in_one_go(store: Store) -> None:
     store.save_attempt(Q, "a", ["h"], now=1_000)
     assert store.load_attempt_record(Q, "a", now=2_000) == (["h"], 1_000)
+
+
+def test_find_leases_finds_moved_leases_with_one_listing(store: Store) -> None:
+    for body in (b"a", b"b", b"c"):
+        store.send(Q, body)
+    got = [receive(store) for _ in range(3)]
+    moved = store.change_visibility(Q, got[0].receipt_handle, 60_000)  # no longer at the handle's name
+    store.delete_by_handle(Q, got[2].receipt_handle)
+    found = store.find_leases(Q, [m.receipt_handle for m in got] + ["garbage"])
+    assert found == {got[0].receipt_handle: moved, got[1].receipt_handle: got[1].receipt_handle}
+    again = store.relet(Q, got[0].receipt_handle, VT_MS, hint=found[got[0].receipt_handle], search=False)
+    assert again is not None and again.body == b"a"
