@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from http_checks import assert_error
 
 from mqcore.names import IdGenerator
 
@@ -25,20 +26,6 @@ def stack(request, shared_stack, stack_factory):
     if hasattr(request, "param"):
         return stack_factory(**request.param)
     return shared_stack
-
-
-def assert_error(reply, status: int, code: str | set[str], context: str = "") -> None:
-    """``reply`` has ``status`` and a JSON body ``{"error": code, "message": <non-empty str>}``."""
-    codes = {code} if isinstance(code, str) else code
-    assert reply.status == status, f"{context}: expected {status} {codes}, got {reply.status} {reply.body[:300]!r}"
-    try:
-        body = reply.json
-    except ValueError:
-        pytest.fail(f"{context}: {reply.status} body is not JSON: {reply.body[:300]!r}")
-    assert isinstance(body, dict), f"{context}: {body!r}"
-    assert body.get("error") in codes, f"{context}: expected error in {codes}, got {body!r}"
-    assert isinstance(body.get("message"), str) and body["message"], f"{context}: no message in {body!r}"
-    assert (reply.content_type or "").startswith("application/json"), f"{context}: {reply.content_type}"
 
 
 def tree(path: Path) -> list[str]:

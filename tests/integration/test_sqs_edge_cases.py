@@ -17,19 +17,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
+from http_checks import assert_error
 
 from daemons.front import Broker, Settings, make_runner
 from mqcore.names import QueueName
 from mqcore.protocol import Store
-
-
-def assert_error(reply, status: int, code: str, context: str = "") -> dict:
-    """``reply`` is ``status`` with a JSON body naming ``code`` and a message; return the body."""
-    assert reply.status == status, f"{context}: expected {status} {code}, got {reply.status} {reply.body[:300]!r}"
-    body = reply.json
-    assert body.get("error") == code, f"{context}: expected {code}, got {body!r}"
-    assert isinstance(body.get("message"), str) and body["message"], f"{context}: {body!r}"
-    return body
 
 
 async def put_json(node, path: str, obj):

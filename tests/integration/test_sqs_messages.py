@@ -15,8 +15,10 @@ import time
 import urllib.parse
 
 import pytest
+from http_checks import assert_error
 
 from mqcore.names import IdGenerator
+from mqcore.protocol import now_ms
 
 
 @pytest.fixture
@@ -25,19 +27,6 @@ def stack(request, shared_stack, stack_factory):
     if hasattr(request, "param"):
         return stack_factory(**request.param)
     return shared_stack
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def assert_error(reply, status: int, code: str, context: str = "") -> dict:
-    """``reply`` is ``status`` with a JSON body naming ``code`` and a message; return the body."""
-    assert reply.status == status, f"{context}: expected {status} {code}, got {reply.status} {reply.body[:300]!r}"
-    body = reply.json
-    assert body.get("error") == code, f"{context}: expected {code}, got {body!r}"
-    assert isinstance(body.get("message"), str) and body["message"], f"{context}: {body!r}"
-    return body
 
 
 def query(**params) -> str:

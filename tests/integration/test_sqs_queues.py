@@ -13,9 +13,10 @@ import json
 import time
 
 import pytest
+from http_checks import assert_error
 
 from mqcore.names import QueueName
-from mqcore.protocol import Store
+from mqcore.protocol import Store, now_ms
 
 
 @pytest.fixture
@@ -24,19 +25,6 @@ def stack(request, shared_stack, stack_factory):
     if hasattr(request, "param"):
         return stack_factory(**request.param)
     return shared_stack
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def assert_error(reply, status: int, code: str, context: str = "") -> dict:
-    """``reply`` is ``status`` with a JSON body naming ``code`` and a message; return the body."""
-    assert reply.status == status, f"{context}: expected {status} {code}, got {reply.status} {reply.body[:300]!r}"
-    body = reply.json
-    assert body.get("error") == code, f"{context}: expected {code}, got {body!r}"
-    assert isinstance(body.get("message"), str) and body["message"], f"{context}: {body!r}"
-    return body
 
 
 async def put_json(stack, path: str, obj):
