@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+_BY_CODE: dict[str, type[MQError]] = {}
+"""Error code -> the first class declaring it (what a client re-raises)."""
+
 
 class MQError(Exception):
     """Root of every mq error.
@@ -22,6 +25,10 @@ class MQError(Exception):
     code: ClassVar[str] = "internal_error"
     status: ClassVar[int] = 500
     retriable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _BY_CODE.setdefault(cls.code, cls)
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -186,3 +193,73 @@ class RedriveNotRunning(MQError):
 
     code = "redrive_not_running"
     status = 404
+
+
+class RouteNotFound(MQError, LookupError):
+    """No such HTTP route (HTTP 404 ``not_found``): a wrong URL or an older server."""
+
+    code = "not_found"
+    status = 404
+
+
+class MethodNotAllowed(InvalidRequest):
+    """The route exists but not with this HTTP method (HTTP 405)."""
+
+    code = "method_not_allowed"
+    status = 405
+
+
+class HTTPError(MQError):
+    """Any other HTTP-level error of the server (``http_error``; ``details["status"]``)."""
+
+    code = "http_error"
+    status = 400
+
+
+_BY_CODE[MQError.code] = MQError
+
+
+def error_from_json(body: Any, status: int, retry_after_seconds: float | None = None) -> MQError:
+    """Rebuild the typed error a server answered (what clients raise).
+
+    Args:
+        body: The decoded JSON error body ``{"error": code, "message": text, "details": {...}}``,
+            or anything else for a non-JSON answer.
+        status: The HTTP status of the answer.
+        retry_after_seconds: The ``Retry-After`` header, in seconds, if there was one.
+    Returns:
+        An instance of the class registered for ``code`` (its ``message`` and
+        ``details`` from the body, ``status`` the one received), or a plain
+        :class:`MQError` (code ``internal_error`` for 5xx, ``http_error`` otherwise)
+        when the code is unknown or the body is not an mq error.
+    """
+    code = body.get("error") if isinstance(body, dict) else None
+    message = body.get("message") if isinstance(body, dict) else None
+    details = body.get("details") if isinstance(body, dict) else None
+    cls = _BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        cls = MQError if status >= 500 else HTTPError
+    exc = cls.__new__(cls)
+    text = message if isinstance(message, str) else f"HTTP {status}: {code or 'unexpected answer'}"
+    MQError.__init__(exc, text, **(details if isinstance(details, dict) else {}))
+    if not isinstance(code, str) or code not in _BY_CODE:
+        exc.details.setdefault("status", status)
+        if isinstance(code, str):
+            exc.details.setdefault("code", code)
+    if cls.retriable or hasattr(cls, "retry_after_seconds"):
+        after = exc.details.get("retry_after_seconds", retry_after_seconds)
+        exc.retry_after_seconds = after if isinstance(after, int | float) else 1  # type: ignore[attr-defined]
+    return exc
+
+
+class ConnectionFailed(MQError):
+    """A client got no complete answer: connection refused or reset, or a timeout (never sent by a server).
+
+    Retriable. After a timeout a send may or may not have been stored (at
+    least once: a retry can make a duplicate); a receive may have leased
+    messages that come back after their visibility timeout.
+    """
+
+    code = "connection_failed"
+    status = 503
+    retriable = True
