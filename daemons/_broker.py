@@ -45,7 +45,7 @@ from mqcore.names import (
     ready_name,
     sent_ms_of,
 )
-from mqcore.protocol import LeasePolicy, PendingMessage, SendEntry, Store, now_ms
+from mqcore.protocol import LeasePolicy, PeekedFile, PendingMessage, SendEntry, Store, now_ms
 from mqcore.watch import DirEvent, DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
@@ -524,6 +524,19 @@ class Broker:
             "redrive": present_redrive_status(redrive, now),
         }
 
+    async def peek(
+        self, queue: QueueName, after: MessageId | None, limit: int
+    ) -> tuple[list[PeekedFile], MessageId | None]:
+        """A page of the queue's messages read without receiving them (:meth:`mqcore.protocol.Store.peek`).
+
+        Runs on a saver thread, not the queue's fetcher: a large page never
+        holds up receives.
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        return await self._in(self.savers, self.store.peek, queue, after, limit)
+
     async def purge(self, queue: QueueName) -> int:
         """Remove every message sent before now, in one step as seen by consumers (SQS PurgeQueue).
 
@@ -737,7 +750,12 @@ class Broker:
         return out, None, []
 
     async def _lease_some(
-        self, queue: QueueName, wanted: int, visibility_timeout_ms: int, check_exists: bool
+        self,
+        queue: QueueName,
+        wanted: int,
+        visibility_timeout_ms: int,
+        check_exists: bool,
+        partition: tuple[int, int] | None = None,
     ) -> list[ReceivedMessage]:
         """Lease up to ``wanted`` ready messages, oldest first, in as few fetcher round trips as possible.
 
@@ -747,6 +765,9 @@ class Broker:
         indexes it); its new name is set aside and put back in the index,
         not leased again, so the handle this call returns stays the
         message's latest.
+
+        With ``partition`` = ``(i, M)`` only messages of partition ``i`` of ``M``
+        are leased (SMQ's batches; strict FIFO within the partition, no peer fuzz).
 
         Raises:
             QueueNotFound: Nothing was ready and (``check_exists``) the queue does not exist.
@@ -761,7 +782,11 @@ class Broker:
             while len(out) < wanted:
                 names = []
                 while len(names) < wanted - len(out):
-                    name = state.index.pop_fuzzed(self.settings.peers)
+                    name = (
+                        state.index.pop_fuzzed(self.settings.peers)
+                        if partition is None
+                        else state.index.pop_oldest_in(*partition)
+                    )
                     if name is None:
                         break
                     (held if name.partition(".")[0] in out else names).append(name)
@@ -790,7 +815,12 @@ class Broker:
         return list(out.values())
 
     async def _receive_waiting(
-        self, queue: QueueName, wanted: int, visibility_timeout_ms: int, wait_seconds: float
+        self,
+        queue: QueueName,
+        wanted: int,
+        visibility_timeout_ms: int,
+        wait_seconds: float,
+        partition: tuple[int, int] | None = None,
     ) -> list[ReceivedMessage]:
         """Lease up to ``wanted`` messages; if none is ready, wait up to ``wait_seconds`` for one (long polling).
 
@@ -803,7 +833,7 @@ class Broker:
         check_exists = True
         while True:
             with self._holding(self._arrivals, queue) as arrival:
-                messages = await self._lease_some(queue, wanted, visibility_timeout_ms, check_exists)
+                messages = await self._lease_some(queue, wanted, visibility_timeout_ms, check_exists, partition)
                 remaining = deadline - loop.time()
                 if messages or self.stopping or remaining <= 0:
                     return messages
@@ -817,6 +847,7 @@ class Broker:
         visibility_timeout_seconds: int | None = None,
         wait_seconds: int | None = None,
         attempt_id: str | None = None,
+        partition: tuple[int, int] | None = None,
     ) -> list[ReceivedMessage]:
         """Receive up to ``max_messages`` (1-10) messages (SQS ReceiveMessage); [] if none became ready.
 
@@ -827,6 +858,8 @@ class Broker:
             wait_seconds: Long-polling wait, 0-20 s; None = the queue's receive_wait_seconds.
             attempt_id: SQS ReceiveRequestAttemptId: if a receive with it returned messages within
                 the last 5 minutes, those messages are received again (fresh handles) instead of new ones.
+            partition: ``(i, M)``: only messages of partition ``i`` of ``M`` (SMQ's batches;
+                :func:`mqcore.names.partition_of`), None = any message.
         Raises:
             QueueNotFound: No such queue.
             StorageUnavailable: The receive failed.
@@ -839,7 +872,7 @@ class Broker:
         wait = attrs.receive_wait_seconds if wait_seconds is None else wait_seconds
         vt_ms = vt_seconds * 1000
         if attempt_id is None:
-            return await self._receive_waiting(queue, max_messages, vt_ms, wait)
+            return await self._receive_waiting(queue, max_messages, vt_ms, wait, partition)
         async with self._attempt_lock(queue, attempt_id):
             record = await self._in(self.savers, self.store.load_attempt_record, queue, attempt_id)
             handles, created_ms = record if record is not None else (None, None)
@@ -850,7 +883,7 @@ class Broker:
                 messages = await self._relet(queue, handles, vt_ms)
                 logger.info("receive attempt retried queue=%s handles=%d relet=%d", queue, len(handles), len(messages))
             else:
-                messages = await self._receive_waiting(queue, max_messages, vt_ms, wait)
+                messages = await self._receive_waiting(queue, max_messages, vt_ms, wait, partition)
             if messages:
                 record = [m.receipt_handle for m in messages] + rest
                 try:

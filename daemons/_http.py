@@ -31,8 +31,8 @@ from mqcore.attributes import (
 )
 from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable
 from mqcore.model import ReceivedMessage
-from mqcore.names import check_message_id, check_queue_name
-from mqcore.protocol import SendEntry
+from mqcore.names import MAX_PARTITIONS, check_message_id, check_queue_name
+from mqcore.protocol import MAX_PEEK_LIMIT, PeekedFile, SendEntry
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
@@ -44,6 +44,8 @@ MAX_HANDLE_BATCH = 10
 MAX_ATTEMPT_ID_CHARS = 128
 #: Largest JSON body of the small JSON endpoints (attributes, visibility, batch delete), in bytes.
 SMALL_JSON_LIMIT_BYTES = 65_536
+#: Messages a peek returns when ``limit`` is not given.
+DEFAULT_PEEK_LIMIT = 100
 #: Longest Content-Type of a batch send entry, in characters.
 MAX_CONTENT_TYPE_CHARS = 1024
 
@@ -445,7 +447,34 @@ async def send_batch(request: web.Request) -> web.Response:
     return web.json_response({"successful": successful, "failed": failed})
 
 
-_RECEIVE_PARAMS = ("max_messages", "wait_time_seconds", "visibility_timeout_seconds", "attempt_id")
+_RECEIVE_PARAMS = (
+    "max_messages",
+    "wait_time_seconds",
+    "visibility_timeout_seconds",
+    "attempt_id",
+    "partition",
+    "partitions",
+)
+
+
+def _partition_params(params: dict[str, str]) -> tuple[int, int] | None:
+    """``(partition, partitions)`` from the receive query, or None when neither is given.
+
+    Raises:
+        InvalidRequest: Only one of them, or out of range (``details.parameter``).
+    """
+    partitions = int_param(params, "partitions", 1, MAX_PARTITIONS)
+    partition = int_param(params, "partition", 0, MAX_PARTITIONS - 1)
+    if partitions is None and partition is None:
+        return None
+    if partitions is None or partition is None:
+        missing = "partitions" if partitions is None else "partition"
+        raise InvalidRequest("partition and partitions must be given together", parameter=missing)
+    if partition >= partitions:
+        raise InvalidRequest(
+            f"partition must be 0-{partitions - 1} when partitions is {partitions}", parameter="partition"
+        )
+    return partition, partitions
 
 
 async def receive_message(request: web.Request) -> web.Response:
@@ -453,7 +482,9 @@ async def receive_message(request: web.Request) -> web.Response:
 
     Query: max_messages (1-10; selects the JSON form), wait_time_seconds (0-20, long polling;
     default the queue's receive_wait_seconds), visibility_timeout_seconds (0-43200; default the
-    queue's), attempt_id (1-128 printable ASCII, no space: SQS ReceiveRequestAttemptId).
+    queue's), attempt_id (1-128 printable ASCII, no space: SQS ReceiveRequestAttemptId),
+    partition + partitions (both or neither; 0 <= partition < partitions <= 1000: only messages
+    with ``partition_of(id, partitions) == partition``, SMQ's batches).
     The raw form's headers: Content-Type, X-Message-Id, X-Receipt-Handle, X-Receive-Count,
     X-Sent-Timestamp, X-First-Receive-Timestamp, X-Visibility-Deadline (epoch ms),
     X-Message-Attributes (JSON, only if the message has attributes).
@@ -469,7 +500,8 @@ async def receive_message(request: web.Request) -> web.Response:
             f"attempt_id must be 1-{MAX_ATTEMPT_ID_CHARS} printable ASCII characters without spaces",
             parameter="attempt_id",
         )
-    messages = await request.app[BROKER].receive(queue, max_messages or 1, visibility, wait, attempt_id)
+    partition = _partition_params(params)
+    messages = await request.app[BROKER].receive(queue, max_messages or 1, visibility, wait, attempt_id, partition)
     if max_messages is not None:
         return web.json_response({"messages": [_received_json(m) for m in messages]})
     if not messages:
@@ -487,6 +519,41 @@ async def receive_message(request: web.Request) -> web.Response:
     if message.attributes:
         headers["X-Message-Attributes"] = json.dumps(message.attributes, separators=(",", ":"), ensure_ascii=True)
     return web.Response(body=message.body, headers=headers)
+
+
+async def peek_messages(request: web.Request) -> web.Response:
+    """GET /<queue>/peek?after=ID&limit=N -> 200 {"messages": [...], "next_after": ID | null}.
+
+    Reads up to ``limit`` (1-1000, default 100) of the queue's messages with ids
+    greater than ``after``, oldest first, without receiving them: ready, in
+    flight and delayed, each with its ``state``. Nothing changes (no lease, no
+    receive count). ElasticMQ users' "peek"; SQS has none.
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    params = query_params(request, ("after", "limit"))
+    limit = int_param(params, "limit", 1, MAX_PEEK_LIMIT)
+    after = params.get("after")
+    if after is not None:
+        try:
+            after = check_message_id(after)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"after must be a message id: {exc.message}", parameter="after") from None
+    messages, next_after = await request.app[BROKER].peek(queue, after, limit or DEFAULT_PEEK_LIMIT)
+    return web.json_response({"messages": [_peeked_json(m) for m in messages], "next_after": next_after})
+
+
+def _peeked_json(message: PeekedFile) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "state": message.state,
+        "body_base64": base64.b64encode(message.body).decode("ascii"),
+        "content_type": message.content_type,
+        "attributes": message.attributes,
+        "sent_timestamp_ms": message.sent_ms,
+        "receive_count": message.receive_count,
+        "visible_at_ms": message.visible_at_ms,
+        "source_queue": message.source_queue,
+    }
 
 
 async def delete_message(request: web.Request) -> web.Response:

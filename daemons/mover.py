@@ -47,7 +47,6 @@ import asyncio
 import heapq
 import logging
 import math
-import os
 import sys
 from dataclasses import dataclass
 
@@ -242,31 +241,24 @@ class Mover(WatchedDirDaemon):
             file had already left ``delay/``).
         """
         policy = self._policy(item.queue, now, policies)
-        if policy is not None:
-            if policy.is_gone(item.message_id, now):
-                if not self.store.remove_in_flight(item):
-                    return "gone", None
-                purged = policy.purged_before is not None and item.message_id <= policy.purged_before
-                return ("purged" if purged else "expired"), None
-            dead_letter_queue = policy.dead_letter_for(item.receive_count)
-            if dead_letter_queue is not None and item.receive_count > 0:
-                if self.store.dead_letter(item, dead_letter_queue):
-                    self._missing_dlq.discard(item.queue)
-                    return "dead_lettered", dead_letter_queue
-                if not os.path.lexists(self.store.layout.delay_path(item.filename)):
-                    return "gone", None
-                # Still in delay/: the dead-letter queue does not exist. Keep the message
-                # (redeliver it to its queue) rather than strand or drop it.
-                if item.queue not in self._missing_dlq:
-                    self._missing_dlq.add(item.queue)
-                    logger.warning(
-                        "dead-letter queue missing queue=%s dead_letter_queue=%s "
-                        "(messages over max_receive_count=%s are redelivered to their queue; logged once)",
-                        item.queue,
-                        dead_letter_queue,
-                        policy.max_receive_count,
-                    )
-        return self.store.redeliver(item), None
+        result = self.store.move_due(item, now, policy)
+        if result == "dead_lettered":
+            self._missing_dlq.discard(item.queue)
+            return result, policy.dead_letter_queue if policy is not None else None
+        if result == "kept":
+            # The dead-letter queue does not exist: the message was redelivered to its
+            # queue rather than stranded or dropped.
+            if item.queue not in self._missing_dlq and policy is not None:
+                self._missing_dlq.add(item.queue)
+                logger.warning(
+                    "dead-letter queue missing queue=%s dead_letter_queue=%s "
+                    "(messages over max_receive_count=%s are redelivered to their queue; logged once)",
+                    item.queue,
+                    policy.dead_letter_queue,
+                    policy.max_receive_count,
+                )
+            return "redelivered", None
+        return result, None
 
     async def redeliver_due(self, stop: asyncio.Event | None = None, now: int | None = None) -> int:
         """Move on every known file whose deadline has passed, in worker-thread batches.

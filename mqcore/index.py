@@ -13,6 +13,11 @@ import heapq
 import random
 from collections.abc import Iterable
 
+from mqcore.names import partition_of
+
+#: Most (partition, partitions) views an index keeps; the least recently used one is dropped beyond.
+MAX_PARTITION_VIEWS = 16
+
 
 class ReadyIndex:
     """Ready-message file names of one queue (``ID.RC``), oldest first.
@@ -32,6 +37,8 @@ class ReadyIndex:
         self._by_id: dict[str, str] = {}
         self._heap: list[str] = []
         self._stamp = 0
+        self._views: dict[tuple[int, int], list[str]] = {}
+        """(partition, partitions) -> heap of the names in that partition (lazy, like ``_heap``)."""
         self.update(names)
 
     def __len__(self) -> int:
@@ -44,8 +51,12 @@ class ReadyIndex:
         """Note a ready file (idempotent; noting a present name again renews its stamp)."""
         self._stamp += 1
         if name not in self._present:
-            self._by_id[name.partition(".")[0]] = name
+            message_id = name.partition(".")[0]
+            self._by_id[message_id] = name
             heapq.heappush(self._heap, name)
+            for (partition, partitions), view in self._views.items():
+                if partition_of(message_id, partitions) == partition:
+                    heapq.heappush(view, name)
         self._present[name] = self._stamp
 
     def update(self, names: Iterable[str]) -> None:
@@ -87,6 +98,30 @@ class ReadyIndex:
         heap, present = self._heap, self._present
         while heap:
             name = heapq.heappop(heap)
+            if name in present:
+                self._forget(name)
+                return name
+        return None
+
+    def pop_oldest_in(self, partition: int, partitions: int) -> str | None:
+        """Remove and return the oldest name whose message is in ``partition`` of ``partitions``, or None.
+
+        SMQ's batches: :func:`mqcore.names.partition_of` decides. The first
+        call for a ``(partition, partitions)`` pair builds its view in O(n);
+        later ones are O(log n) amortised. At most
+        :data:`MAX_PARTITION_VIEWS` views are kept.
+        """
+        key = (partition, partitions)
+        view = self._views.pop(key, None)
+        present = self._present
+        if view is None or len(view) > 2 * len(present) + 1024:
+            view = [n for n in present if partition_of(n.partition(".")[0], partitions) == partition]
+            heapq.heapify(view)
+        self._views[key] = view  # most recently used last
+        while len(self._views) > MAX_PARTITION_VIEWS:
+            del self._views[next(iter(self._views))]
+        while view:
+            name = heapq.heappop(view)
             if name in present:
                 self._forget(name)
                 return name

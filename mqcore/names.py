@@ -102,6 +102,28 @@ def sent_ms_of(message_id: MessageId) -> int:
     return int(message_id[0:8] + message_id[9:13], 16)
 
 
+#: Most partitions a receive may split a queue into (SMQ's batches).
+MAX_PARTITIONS = 1000
+
+
+def partition_of(message_id: str, partitions: int) -> int:
+    """The partition (0 to ``partitions - 1``) a message belongs to when a queue is split ``partitions`` ways.
+
+    SMQ's batches split a queue "by the modulo of the ID". The rule is part
+    of the on-disk contract (every daemon and brokerless client must agree):
+    the last 8 hex digits of the id (random bits of the UUIDv7) as an
+    integer, modulo ``partitions``. A message keeps its partition when it is
+    received again or dead-lettered; a redrive gives it a new id (and so a
+    new partition).
+
+    Raises:
+        ValueError: ``partitions`` is not 1 to :data:`MAX_PARTITIONS`.
+    """
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValueError(f"partitions must be 1-{MAX_PARTITIONS}, got {partitions}")
+    return int(message_id[-8:], 16) % partitions
+
+
 class IdGenerator:
     """Makes message ids: UUIDv7 (RFC 9562) with a 12-bit monotonic counter.
 

@@ -175,6 +175,44 @@ class SendEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class PeekedFile:
+    """A message read by :meth:`Store.peek` without being received.
+
+    Attributes:
+        queue: The queue it belongs to.
+        message_id: Its id.
+        state: ``"ready"`` (in ``queues/Q/``), ``"in_flight"`` (in ``delay/``, received at
+            least once) or ``"delayed"`` (in ``delay/``, never received: sent with a delay).
+        receive_count: Receives so far (0 = never received).
+        visible_at_ms: When it becomes ready again (its ``delay/`` deadline), epoch ms;
+            None when ready.
+        body: The body bytes.
+        content_type: As sent.
+        attributes: User message attributes.
+        source_queue: The queue it was first sent to (its header's ``queue``), or None.
+    """
+
+    queue: QueueName
+    message_id: MessageId
+    state: str
+    receive_count: int
+    visible_at_ms: int | None
+    body: bytes
+    content_type: str
+    attributes: dict[str, str]
+    source_queue: str | None
+
+    @property
+    def sent_ms(self) -> int:
+        """Send time, epoch milliseconds (from the id)."""
+        return sent_ms_of(self.message_id)
+
+
+#: Most messages one :meth:`Store.peek` returns.
+MAX_PEEK_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
 class LeasePolicy:
     """What a receive (or a redelivery) must check before handing a message out.
 
@@ -845,6 +883,113 @@ class Store:
             StorageUnavailable: Any other rename failure.
         """
         return self._move_to_remove(self.layout.delay_path(item.filename), removed_name(item.queue, item.message_id))
+
+    def move_due(self, item: InFlightName, now: int, policy: LeasePolicy | None) -> str:
+        """Move on one due ``delay/`` file as mq-mover does (also the brokerless client's redelivery).
+
+        In order: a purged or expired message goes to ``remove/``; one received
+        ``max_receive_count`` times (RC > 0) goes to its dead-letter queue; any
+        other (or one whose dead-letter queue is missing: it is kept, not lost)
+        is redelivered to its queue.
+
+        Args:
+            item: The parsed ``delay/`` name, its deadline at or before ``now``.
+            now: Epoch ms of the decision (retention counts to it).
+            policy: The queue's policy (:meth:`policy`), or None if the queue is gone.
+        Returns:
+            ``"purged"`` or ``"expired"`` (moved to ``remove/``), ``"dead_lettered"``,
+            ``"redelivered"``, ``"kept"`` (redelivered because the dead-letter queue
+            does not exist), ``"orphaned"`` (its queue is gone: moved to ``remove/``)
+            or ``"gone"`` (the file had already left ``delay/``).
+        Raises:
+            StorageUnavailable: A rename failed for another reason than a missing file.
+        """
+        kept = False
+        if policy is not None:
+            if policy.is_gone(item.message_id, now):
+                if not self.remove_in_flight(item):
+                    return "gone"
+                purged = policy.purged_before is not None and item.message_id <= policy.purged_before
+                return "purged" if purged else "expired"
+            dead_letter_queue = policy.dead_letter_for(item.receive_count)
+            if dead_letter_queue is not None and item.receive_count > 0:
+                if self.dead_letter(item, dead_letter_queue):
+                    return "dead_lettered"
+                if not os.path.lexists(self.layout.delay_path(item.filename)):
+                    return "gone"
+                kept = True
+        result = self.redeliver(item)
+        return "kept" if kept and result == "redelivered" else result
+
+    def peek(
+        self, queue: QueueName, after: MessageId | None = None, limit: int = 100, now: int | None = None
+    ) -> tuple[list[PeekedFile], MessageId | None]:
+        """Read a page of a queue's messages without receiving them (nothing is renamed or changed).
+
+        Lists ``queues/Q/`` and ``delay/`` (the queue's ready, in-flight and
+        delayed messages), orders them by id (send order) and reads the first
+        ``limit`` with ids greater than ``after``. Purged and expired messages
+        are left out. A snapshot, not a transaction: a message that moves
+        between the listing and the read (received, deleted, redelivered) is
+        left out of this page; none appears twice in one page, and paging by id
+        never returns a message twice.
+
+        Args:
+            queue: The queue.
+            after: Only ids greater than this (the previous page's ``next_after``); None = from the start.
+            limit: 1 to :data:`MAX_PEEK_LIMIT` messages.
+            now: Epoch ms for the retention check.
+        Returns:
+            ``(messages, next_after)``: ``next_after`` is the id to pass as ``after``
+            for the next page, None when there are no more messages.
+        Raises:
+            QueueNotFound: No such queue.
+            ValueError: ``limit`` out of range.
+        """
+        if not 1 <= limit <= MAX_PEEK_LIMIT:
+            raise ValueError(f"limit must be 1-{MAX_PEEK_LIMIT}, got {limit}")
+        now = now if now is not None else now_ms()
+        policy = self.policy(queue, now)
+        found: dict[str, tuple[str, int, int | None]] = {}
+        for name in self.scan_ready(queue):
+            parsed = parse_ready_name(name)
+            if parsed is not None:
+                found[parsed[0]] = (os.path.join(self.layout.queue_dir(queue), name), parsed[1], None)
+        for name in self._listdir(self.layout.delay):
+            item = parse_in_flight_name(name)
+            if item is not None and item.queue == queue and item.message_id not in found:
+                found[item.message_id] = (self.layout.delay_path(name), item.receive_count, item.deadline_ms)
+        ids = sorted(i for i in found if (after is None or i > after) and not policy.is_gone(MessageId(i), now))
+        out: list[PeekedFile] = []
+        last: MessageId | None = None
+        for message_id in ids:
+            if len(out) == limit:
+                return out, last
+            path, count, deadline = found[message_id]
+            last = MessageId(message_id)
+            try:
+                with open(path, "rb") as f:
+                    header, body = model.decode(f.read())
+            except (FileNotFoundError, model.CorruptMessage):
+                continue
+            except OSError as exc:
+                raise _storage_error("read for peek", exc) from exc
+            source = header.get("queue")
+            state = "ready" if deadline is None else ("in_flight" if count > 0 else "delayed")
+            out.append(
+                PeekedFile(
+                    queue=queue,
+                    message_id=MessageId(message_id),
+                    state=state,
+                    receive_count=count,
+                    visible_at_ms=deadline,
+                    body=body,
+                    content_type=str(header.get("content_type") or model.DEFAULT_CONTENT_TYPE),
+                    attributes=model.header_attributes(header),
+                    source_queue=source if isinstance(source, str) else None,
+                )
+            )
+        return out, None
 
     # -- receipt handles ---------------------------------------------------
 

@@ -4,7 +4,8 @@ A hypothesis state machine runs random add / update / discard / pop sequences
 against a plain ``set`` model: the index must always hold exactly the model's
 names, ``pop_oldest`` must return the model's minimum, ``pop_fuzzed(peers)``
 one of its ``peers + 1`` smallest names (SoftLayer MQ's peer fuzz,
-``docs/protocol.md`` section 10), and a rescan (``mark``, names noted during
+``docs/protocol.md`` section 10), ``pop_oldest_in(i, M)`` the minimum of partition
+``i`` of ``M`` (SMQ's batches), and a rescan (``mark``, names noted during
 the listing, ``drop_unlisted``) must forget exactly the names noted before the
 listing started that the listing did not find.
 """
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mqcore.index import ReadyIndex
-from mqcore.names import IdGenerator, ready_name
+from mqcore.names import IdGenerator, partition_of, ready_name
 
 #: A small pool of ids, so random operations often hit names already present or discarded.
 _GEN = IdGenerator()
@@ -70,6 +71,17 @@ class ReadyIndexMachine(RuleBasedStateMachine):
         assert got in sorted(self.model)[: peers + 1]
         if peers == 0:
             assert got == min(self.model)
+        self.model.remove(got)
+
+    @rule(partitions=st.integers(min_value=1, max_value=20), data=st.data())
+    def pop_oldest_in(self, partitions: int, data: st.DataObject) -> None:
+        partition = data.draw(st.integers(min_value=0, max_value=partitions - 1))
+        got = self.index.pop_oldest_in(partition, partitions)
+        share = sorted(n for n in self.model if partition_of(n.partition(".")[0], partitions) == partition)
+        if not share:
+            assert got is None
+            return
+        assert got == share[0]
         self.model.remove(got)
 
     @rule(listed=st.lists(names, max_size=30), during=st.lists(names, max_size=5))

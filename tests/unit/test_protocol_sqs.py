@@ -485,3 +485,86 @@ def test_find_leases_finds_moved_leases_with_one_listing(store: Store) -> None:
     assert found == {got[0].receipt_handle: moved, got[1].receipt_handle: got[1].receipt_handle}
     again = store.relet(Q, got[0].receipt_handle, VT_MS, hint=found[got[0].receipt_handle], search=False)
     assert again is not None and again.body == b"a"
+
+
+# -- partitions, peek and move_due (issue 4) -------------------------------------
+
+
+def test_partition_of_is_the_id_tail_modulo_and_spreads_evenly() -> None:
+    from mqcore.names import IdGenerator, partition_of
+
+    ids = [IdGenerator().next_id() for _ in range(3000)]
+    assert all(partition_of(i, 3) == int(i[-8:], 16) % 3 for i in ids)
+    counts = [sum(partition_of(i, 3) == p for i in ids) for p in range(3)]
+    assert min(counts) > 800  # random bits: about 1,000 each
+    with pytest.raises(ValueError, match="partitions"):
+        partition_of(ids[0], 0)
+
+
+def test_peek_reads_every_state_in_id_order_and_changes_nothing(store: Store) -> None:
+    now = now_ms()
+    ids = [store.send(Q, f"m{i}".encode(), attributes={"n": str(i)}) for i in range(5)]
+    delayed = store.send(Q, b"later", delay_ms=60_000)
+    leased = receive(store, now=now)
+    assert leased is not None and leased.message_id == ids[0]
+    before = messages(store, f"queues/{Q}"), messages(store, "delay")
+
+    page, next_after = store.peek(Q, limit=3)
+    assert [m.message_id for m in page] == ids[:3]
+    assert next_after == ids[2]
+    assert (page[0].state, page[0].receive_count, page[0].visible_at_ms) == ("in_flight", 1, now + VT_MS)
+    assert (page[1].state, page[1].body, page[1].attributes, page[1].visible_at_ms) == (
+        "ready",
+        b"m1",
+        {"n": "1"},
+        None,
+    )
+    assert page[1].source_queue == Q
+    rest, end = store.peek(Q, after=next_after, limit=3)
+    assert [m.message_id for m in rest] == [*ids[3:], delayed]
+    assert end is None
+    assert (rest[-1].state, rest[-1].receive_count) == ("delayed", 0)
+    assert (messages(store, f"queues/{Q}"), messages(store, "delay")) == before
+
+
+def test_peek_leaves_out_purged_messages_and_checks_its_arguments(store: Store) -> None:
+    from mqcore.errors import QueueNotFound
+
+    store.send(Q, b"old")
+    store.purge(Q)
+    kept = store.send(Q, b"new")
+    page, _ = store.peek(Q)
+    assert [m.message_id for m in page] == [kept]
+    with pytest.raises(QueueNotFound):
+        store.peek(QueueName("nope"))
+    with pytest.raises(ValueError, match="limit"):
+        store.peek(Q, limit=0)
+
+
+def test_move_due_redelivers_dead_letters_and_keeps_without_a_dead_letter_queue(store: Store) -> None:
+    store.set_attributes(Q, {"dead_letter_queue": DLQ, "max_receive_count": 2})
+    first = store.send(Q, b"a")
+    now = now_ms()
+    m = receive(store, vt_ms=0, now=now)
+    assert m is not None
+    item = parse_in_flight_name(m.in_flight_name)
+    assert store.move_due(item, now, store.policy(Q, now)) == "redelivered"
+    assert messages(store, f"queues/{Q}") == [ready_name(first, 1)]
+    m = receive(store, vt_ms=0, now=now)
+    item = parse_in_flight_name(m.in_flight_name)
+    assert store.move_due(item, now, store.policy(Q, now)) == "dead_lettered"
+    assert messages(store, f"queues/{DLQ}") == [ready_name(first, 2)]
+    assert store.move_due(item, now, store.policy(Q, now)) == "gone"
+
+    second = store.send(Q, b"b")
+    for _ in range(2):
+        m = receive(store, vt_ms=0, now=now)
+        item = parse_in_flight_name(m.in_flight_name)
+        policy = store.policy(Q, now)
+        if m.receive_count == 2:
+            store.delete_queue(DLQ)
+            policy = store.policy(Q, now)  # still names the deleted dead-letter queue
+            assert store.move_due(item, now, policy) == "kept"
+        else:
+            assert store.move_due(item, now, policy) == "redelivered"
+    assert messages(store, f"queues/{Q}") == [ready_name(second, 2)]
