@@ -230,13 +230,20 @@ def batch_entries(body: Any, key: str, limit: int, *, default_ids: bool) -> list
 
 
 def failed_entry(entry_id: str, exc: MQError) -> dict[str, Any]:
-    """A ``failed`` item of a batch answer; sender_fault is true for 4xx errors a retry cannot fix."""
-    return {
+    """A ``failed`` item of a batch answer; sender_fault is true for 4xx errors a retry cannot fix.
+
+    ``details`` (sizes, names, retry_after_seconds) is there when the error has any, as in a
+    whole-request error body, so a client can rebuild the same typed error.
+    """
+    item: dict[str, Any] = {
         "id": entry_id,
         "error": exc.code,
         "message": exc.message,
         "sender_fault": 400 <= exc.status < 500 and not exc.retriable,
     }
+    if exc.details:
+        item["details"] = exc.details
+    return item
 
 
 def parse_message_attributes(text: str | None) -> dict[str, str]:
