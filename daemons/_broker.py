@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from daemons import _runtime
-from daemons._redrive import RedriveRunner, present_redrive_status
+from daemons._redrive import RedriveRunner
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import InvalidReceiptHandle, MQError, QueueFull, QueueNotFound
@@ -46,6 +46,7 @@ from mqcore.names import (
     sent_ms_of,
 )
 from mqcore.protocol import LeasePolicy, PeekedFile, PendingMessage, SendEntry, Store, now_ms
+from mqcore.redrive import present_redrive_status
 from mqcore.watch import DirEvent, DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs

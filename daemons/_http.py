@@ -21,38 +21,32 @@ from typing import Any
 from aiohttp import web
 
 from daemons._broker import Broker
-from daemons._redrive import DEFAULT_REDRIVE_RATE, MAX_REDRIVE_RATE
 from mqcore.attributes import (
+    MAX_ATTEMPT_ID_CHARS,
+    MAX_CONTENT_TYPE_CHARS,
     MAX_DELAY_SECONDS,
+    MAX_RECEIVE_MESSAGES,
     MAX_VISIBILITY_TIMEOUT_SECONDS,
     MAX_WAIT_SECONDS,
     attributes_size,
     check_message_attributes,
+    is_attempt_id,
+    is_content_type,
 )
 from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable
 from mqcore.model import ReceivedMessage
-from mqcore.names import MAX_PARTITIONS, check_message_id, check_queue_name
-from mqcore.protocol import MAX_PEEK_LIMIT, PeekedFile, SendEntry
+from mqcore.names import MAX_PARTITIONS, check_message_id, check_queue_name, is_queue_prefix
+from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
+from mqcore.redrive import DEFAULT_REDRIVE_RATE, MAX_REDRIVE_RATE
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
-#: Most messages one receive returns (SQS: MaxNumberOfMessages 1-10).
-MAX_RECEIVE_MESSAGES = 10
 #: Most entries of a batch delete or batch change of visibility (SQS: 10).
 MAX_HANDLE_BATCH = 10
-#: Longest receive request attempt id, in characters (SQS: ReceiveRequestAttemptId 1-128).
-MAX_ATTEMPT_ID_CHARS = 128
 #: Largest JSON body of the small JSON endpoints (attributes, visibility, batch delete), in bytes.
 SMALL_JSON_LIMIT_BYTES = 65_536
-#: Messages a peek returns when ``limit`` is not given.
-DEFAULT_PEEK_LIMIT = 100
-#: Longest Content-Type of a batch send entry, in characters.
-MAX_CONTENT_TYPE_CHARS = 1024
 
 _ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
-_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}")
-_ATTEMPT_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
-_CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,1024}")
 _DIGITS_RE = re.compile(r"[0-9]{1,10}")
 
 BROKER = web.AppKey("broker", Broker)
@@ -282,7 +276,7 @@ async def list_queues(request: web.Request) -> web.Response:
     """GET /?prefix=P -> 200 {"queues": [names]} (sorted; only names starting with P; SQS ListQueues)."""
     params = query_params(request, ("prefix",))
     prefix = params.get("prefix", "")
-    if not _PREFIX_RE.fullmatch(prefix):
+    if not is_queue_prefix(prefix):
         raise InvalidRequest(
             "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)", parameter="prefix"
         )
@@ -406,7 +400,7 @@ def _send_entry(item: dict[str, Any], where: str, default_delay: int) -> SendEnt
                 f"{where}.body_base64 must be a base64 string (RFC 4648, with padding)", field=f"{where}.body_base64"
             ) from None
     content_type = item.get("content_type")
-    if content_type is not None and (not isinstance(content_type, str) or not _CONTENT_TYPE_RE.fullmatch(content_type)):
+    if content_type is not None and not is_content_type(content_type):
         raise InvalidRequest(
             f"{where}.content_type must be 1-{MAX_CONTENT_TYPE_CHARS} printable ASCII characters",
             field=f"{where}.content_type",
@@ -502,7 +496,7 @@ async def receive_message(request: web.Request) -> web.Response:
     wait = int_param(params, "wait_time_seconds", 0, MAX_WAIT_SECONDS)
     visibility = int_param(params, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS)
     attempt_id = params.get("attempt_id")
-    if attempt_id is not None and not _ATTEMPT_ID_RE.fullmatch(attempt_id):
+    if attempt_id is not None and not is_attempt_id(attempt_id):
         raise InvalidRequest(
             f"attempt_id must be 1-{MAX_ATTEMPT_ID_CHARS} printable ASCII characters without spaces",
             parameter="attempt_id",

@@ -27,18 +27,12 @@ from mqcore.errors import InvalidRequest, MQError, QueueNotFound, RedriveInProgr
 from mqcore.index import ReadyIndex
 from mqcore.names import QueueName
 from mqcore.protocol import Store, now_ms
+from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS, present_redrive_status, redrive_running
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
 T = TypeVar("T")
 
-#: Redrive rate limits, in messages per second (SQS StartMessageMoveTask: 1-500; here up to 10,000).
-DEFAULT_REDRIVE_RATE = 500
-MAX_REDRIVE_RATE = 10_000
-#: A redrive status "running" not rewritten for this long is reported as "failed" (its daemon died), in ms.
-REDRIVE_STALE_MS = 10_000
-#: How often a running redrive rewrites its status (and looks for a cancel request), in seconds (< 1 s).
-REDRIVE_STATUS_INTERVAL_SECONDS = 0.5
 #: Most messages a redrive moves in one fetcher round trip.
 REDRIVE_CHUNK = 100
 
@@ -53,23 +47,6 @@ class _Redrive:
     replaced: bool = False
     """Another task's status replaced this one's: stop without writing (the other task goes on)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-def _redrive_running(status: dict[str, Any] | None, now: int) -> bool:
-    """True if ``status`` says running and was rewritten within the last 10 s."""
-    if not status or status.get("state") != "running":
-        return False
-    updated = status.get("updated_ms")
-    return isinstance(updated, int) and now - updated <= REDRIVE_STALE_MS
-
-
-def present_redrive_status(status: dict[str, Any] | None, now: int) -> dict[str, Any] | None:
-    """A redrive status as clients see it: "running" not rewritten for 10 s is reported "failed"."""
-    if status is None:
-        return None
-    if status.get("state") == "running" and not _redrive_running(status, now):
-        return {**status, "state": "failed", "error": "the daemon running the redrive stopped updating it (it died?)"}
-    return status
 
 
 class RedriveQueueState(Protocol):
@@ -140,7 +117,7 @@ class RedriveRunner:
                 raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
             current = await self._in(self.host.store.read_redrive_status, source)
             now = now_ms()
-            if _redrive_running(current, now):
+            if redrive_running(current, now):
                 raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
             status: dict[str, Any] = {
                 "task_id": uuid.uuid4().hex,
@@ -194,7 +171,7 @@ class RedriveRunner:
         """
         status = await self.read(source)
         now = now_ms()
-        if status is None or not _redrive_running(status, now):
+        if status is None or not redrive_running(status, now):
             raise RedriveNotRunning(f"no redrive out of {source!r} is running", queue=source)
         await self._in(self.host.store.request_redrive_cancel, source, status.get("task_id"), now)
         status = {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}

@@ -36,6 +36,27 @@ MAX_MESSAGE_BYTES = 1_048_576
 DEFAULT_MAX_RECEIVE_COUNT = 5
 #: Largest maximum receive count (SQS: maxReceiveCount 1-1000).
 MAX_RECEIVE_COUNT_LIMIT = 1000
+#: Most messages one receive returns (SQS: MaxNumberOfMessages 1-10).
+MAX_RECEIVE_MESSAGES = 10
+#: Longest receive request attempt id, in characters (SQS: ReceiveRequestAttemptId 1-128).
+MAX_ATTEMPT_ID_CHARS = 128
+#: Longest Content-Type of a message, in characters.
+MAX_CONTENT_TYPE_CHARS = 1024
+
+_ATTEMPT_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_ATTEMPT_ID_CHARS}}}")
+_CONTENT_TYPE_RE = re.compile(rf"[\x20-\x7e]{{1,{MAX_CONTENT_TYPE_CHARS}}}")
+
+
+def is_attempt_id(value: object) -> bool:
+    """True for a valid receive request attempt id: 1-128 printable ASCII characters, no space (SQS's rule)."""
+    return isinstance(value, str) and _ATTEMPT_ID_RE.fullmatch(value) is not None
+
+
+def is_content_type(value: object) -> bool:
+    """True for a Content-Type mq stores: 1-1,024 printable ASCII characters."""
+    return isinstance(value, str) and _CONTENT_TYPE_RE.fullmatch(value) is not None
+
+
 #: Largest capacity, in ready messages.
 MAX_CAPACITY = 1_000_000_000
 #: Most user attributes on one message (SQS: 10).

@@ -83,6 +83,14 @@ def check_queue_name(name: str) -> QueueName:
     return QueueName(name)
 
 
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}")
+
+
+def is_queue_prefix(value: object) -> bool:
+    """True for a valid queue name prefix (``list_queues``): 0-80 characters of ``[A-Za-z0-9_-]``."""
+    return isinstance(value, str) and _PREFIX_RE.fullmatch(value) is not None
+
+
 def check_message_id(value: str) -> MessageId:
     """Return ``value`` as a :data:`MessageId` if it is a lowercase canonical UUIDv7.
 

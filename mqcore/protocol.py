@@ -210,6 +210,8 @@ class PeekedFile:
 
 #: Most messages one :meth:`Store.peek` returns.
 MAX_PEEK_LIMIT = 1000
+#: Messages a peek returns when no limit is given.
+DEFAULT_PEEK_LIMIT = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -922,7 +924,7 @@ class Store:
         return "kept" if kept and result == "redelivered" else result
 
     def peek(
-        self, queue: QueueName, after: MessageId | None = None, limit: int = 100, now: int | None = None
+        self, queue: QueueName, after: MessageId | None = None, limit: int = DEFAULT_PEEK_LIMIT, now: int | None = None
     ) -> tuple[list[PeekedFile], MessageId | None]:
         """Read a page of a queue's messages without receiving them (nothing is renamed or changed).
 

@@ -38,7 +38,6 @@ import json
 import logging
 import math
 import os
-import re
 import select
 import threading
 import time
@@ -50,13 +49,17 @@ from types import TracebackType
 from typing import Any, Literal
 
 from mqcore.attributes import (
+    MAX_CONTENT_TYPE_CHARS,
     MAX_DELAY_SECONDS,
+    MAX_RECEIVE_MESSAGES,
     MAX_VISIBILITY_TIMEOUT_SECONDS,
     MAX_WAIT_SECONDS,
     QueueAttributes,
     attributes_size,
     check_message_attributes,
     effective,
+    is_attempt_id,
+    is_content_type,
 )
 from mqcore.client._types import (
     JSON_CONTENT_TYPE,
@@ -86,6 +89,7 @@ from mqcore.names import (
     QueueName,
     check_message_id,
     check_queue_name,
+    is_queue_prefix,
     parse_in_flight_name,
     parse_ready_name,
     parse_receipt_handle,
@@ -93,7 +97,14 @@ from mqcore.names import (
     removed_name,
     sent_ms_of,
 )
-from mqcore.protocol import MAX_PEEK_LIMIT, LeasePolicy, PeekedFile, SendEntry, Store, now_ms
+from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, LeasePolicy, PeekedFile, SendEntry, Store, now_ms
+from mqcore.redrive import (
+    DEFAULT_REDRIVE_RATE,
+    MAX_REDRIVE_RATE,
+    REDRIVE_STATUS_INTERVAL_SECONDS,
+    present_redrive_status,
+    redrive_running,
+)
 from mqcore.watch import DirEvent, DirWatcher, open_watcher
 
 logger = logging.getLogger(__name__)
@@ -107,27 +118,6 @@ RESCAN_INTERVAL_SECONDS = 2.0
 MAX_REMEMBERED_HINTS = 10_000
 #: Most entries one chunk of ``send_batch`` may hold (the daemon's ``--max-batch-messages`` cap).
 MAX_BATCH_SIZE = 1000
-
-# --- Rules that today live only in daemons/_http.py and daemons/_redrive.py, duplicated here
-# --- (DUPLICATE: to be moved into mqcore by the lead; keep in step until then).
-#: Most messages one receive returns (SQS: MaxNumberOfMessages 1-10). DUPLICATE of daemons/_http.py.
-MAX_RECEIVE_MESSAGES = 10
-#: Messages a peek returns when ``limit`` is not given. DUPLICATE of daemons/_http.py.
-DEFAULT_PEEK_LIMIT = 100
-#: Redrive rate limits, in messages per second (SQS StartMessageMoveTask). DUPLICATE of daemons/_redrive.py.
-DEFAULT_REDRIVE_RATE = 500
-MAX_REDRIVE_RATE = 10_000
-#: A redrive status "running" not rewritten for this long is reported "failed", in ms. DUPLICATE of daemons/_redrive.py.
-REDRIVE_STALE_MS = 10_000
-#: How often a running redrive rewrites its status and looks for a cancel request, in seconds.
-#: DUPLICATE of daemons/_redrive.py.
-REDRIVE_STATUS_INTERVAL_SECONDS = 0.5
-# SQS ReceiveRequestAttemptId: 1-128 printable ASCII characters, no space. DUPLICATE of daemons/_http.py.
-_ATTEMPT_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
-# A content type: 1-1024 printable ASCII characters (the batch send rule). DUPLICATE of daemons/_http.py.
-_CONTENT_TYPE_RE = re.compile(r"[\x20-\x7e]{1,1024}")
-# A queue name prefix for list_queues. DUPLICATE of daemons/_http.py.
-_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}")
 
 #: One id generator per process: ids of every LocalClient in it strictly increase (FIFO).
 _IDS = IdGenerator()
@@ -152,8 +142,10 @@ def _check_int(value: object, name: str, low: int, high: int, *, key: str = "par
 def _check_content_type(content_type: object) -> str | None:
     if content_type is None:
         return None
-    if not isinstance(content_type, str) or not _CONTENT_TYPE_RE.fullmatch(content_type):
-        raise InvalidRequest("content_type must be 1-1024 printable ASCII characters", field="content_type")
+    if not is_content_type(content_type):
+        raise InvalidRequest(
+            f"content_type must be 1-{MAX_CONTENT_TYPE_CHARS} printable ASCII characters", field="content_type"
+        )
     return content_type
 
 
@@ -210,23 +202,6 @@ def _as_peeked(message: PeekedFile) -> PeekedMessage:
         visible_at_ms=message.visible_at_ms,
         source_queue=message.source_queue,
     )
-
-
-def _redrive_running(status: dict[str, Any] | None, now: int) -> bool:
-    """True if ``status`` says running and was rewritten within the last 10 s. DUPLICATE of daemons/_redrive.py."""
-    if not status or status.get("state") != "running":
-        return False
-    updated = status.get("updated_ms")
-    return isinstance(updated, int) and now - updated <= REDRIVE_STALE_MS
-
-
-def _present_redrive_status(status: dict[str, Any] | None, now: int) -> dict[str, Any] | None:
-    """A status as clients see it: "running" not rewritten for 10 s is "failed". DUPLICATE of daemons/_redrive.py."""
-    if status is None:
-        return None
-    if status.get("state") == "running" and not _redrive_running(status, now):
-        return {**status, "state": "failed", "error": "the process running the redrive stopped updating it (it died?)"}
-    return status
 
 
 # -- waking long polls and capacity waits ----------------------------------------------------
@@ -572,7 +547,7 @@ class LocalClient:
         Raises:
             InvalidRequest: ``prefix`` is not 0-80 characters of ``[A-Za-z0-9_-]``.
         """
-        if not isinstance(prefix, str) or not _PREFIX_RE.fullmatch(prefix):
+        if not is_queue_prefix(prefix):
             raise InvalidRequest(
                 "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)",
                 parameter="prefix",
@@ -643,7 +618,7 @@ class LocalClient:
             "oldest_ready_age_seconds": age,
             "created_ms": created_ms,
             "attributes": effective(explicit, self.defaults).to_json(),
-            "redrive": _present_redrive_status(redrive, now),
+            "redrive": present_redrive_status(redrive, now),
         }
 
     def get_attributes(self, queue: str) -> dict[str, Any]:
@@ -952,7 +927,7 @@ class LocalClient:
             if visibility_timeout_seconds is None
             else _check_int(visibility_timeout_seconds, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS)
         )
-        if attempt_id is not None and (not isinstance(attempt_id, str) or not _ATTEMPT_ID_RE.fullmatch(attempt_id)):
+        if attempt_id is not None and not is_attempt_id(attempt_id):
             raise InvalidRequest(
                 "attempt_id must be 1-128 printable ASCII characters without spaces", parameter="attempt_id"
             )
@@ -1380,7 +1355,7 @@ class LocalClient:
                 raise QueueNotFound(f"destination queue {dest!r} does not exist", queue=dest)
         with self._redrive_lock:
             now = now_ms()
-            if _redrive_running(self.store.read_redrive_status(source), now):
+            if redrive_running(self.store.read_redrive_status(source), now):
                 raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
             status: dict[str, Any] = {
                 "task_id": uuid.uuid4().hex,
@@ -1479,7 +1454,7 @@ class LocalClient:
         name = check_queue_name(queue)
         if not self.store.queue_exists(name):
             raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
-        return _present_redrive_status(self.store.read_redrive_status(name), now_ms())
+        return present_redrive_status(self.store.read_redrive_status(name), now_ms())
 
     def cancel_redrive(self, queue: str) -> dict[str, Any]:
         """Ask the running redrive out of ``queue`` (in any process) to stop (SQS CancelMessageMoveTask).
@@ -1495,7 +1470,7 @@ class LocalClient:
         name = check_queue_name(queue)
         status = self.redrive_status(name)
         now = now_ms()
-        if status is None or not _redrive_running(status, now):
+        if status is None or not redrive_running(status, now):
             raise RedriveNotRunning(f"no redrive out of {name!r} is running", queue=name)
         self.store.request_redrive_cancel(name, status.get("task_id"), now)  # type: ignore[arg-type]
         return {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}
