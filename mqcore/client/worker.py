@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Protocol
 
+from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS
 from mqcore.client._types import Message, PeekedMessage, PeekPage
 from mqcore.errors import (
     InvalidRequest,
@@ -53,15 +54,10 @@ from mqcore.errors import (
     QueueNotFound,
     StaleReceiptHandle,
 )
+from mqcore.names import MAX_PARTITIONS
 
 logger = logging.getLogger(__name__)
 
-#: Largest visibility timeout and retry delay, in seconds (SQS: VisibilityTimeout 0-43200).
-MAX_VISIBILITY_TIMEOUT_SECONDS = 43_200
-#: Longest long-polling wait, in seconds (SQS: WaitTimeSeconds 0-20).
-MAX_WAIT_SECONDS = 20
-#: Largest ``partitions`` of a receive (SMQ's batches; mq's limit).
-MAX_PARTITIONS = 1000
 #: How long after a released message's visibility deadline ``until_empty`` still waits for it, in
 #: seconds: time for mq-mover to redeliver or dead-letter it and for the receive to see it.
 UNTIL_EMPTY_GRACE_SECONDS = 2.0
