@@ -5,9 +5,9 @@ One click group with the commands of ``docs/mqctl.md``: ``queues``
 line of a file or stdin, in batches with a progress bar), ``receive``,
 ``tail`` (follow a queue without consuming: peek polling), ``purge``,
 ``redrive`` and ``dead-letters``. Every command goes through one client with
-the interface of ``mqcore.client`` (:class:`~mqcore.client._http.Client` for
-a URL, :class:`~mqcore.client._local.LocalClient` for a root), so both modes
-behave the same.
+the interface of ``mqcore.client`` (``mqcore.client.connect``: a
+:class:`~mqcore.client.Client` for a URL, a :class:`~mqcore.client.LocalClient`
+for a root), so both modes behave the same.
 
 Output is for scripts: stdout carries only data (bodies, message ids, JSON
 objects or JSON lines); stderr carries progress bars, short notes and errors.
@@ -36,7 +36,8 @@ from typing import IO, Any, BinaryIO
 import click
 from click.core import ParameterSource
 
-from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage
+from mqcore.client import BatchEntry, Message, PeekedMessage, connect
+from mqcore.client._types import TEXT_CONTENT_TYPE
 from mqcore.errors import (
     ConnectionFailed,
     InvalidRequest,
@@ -331,13 +332,9 @@ class Settings:
         """The client, opened on first use (``--help`` and usage errors never connect)."""
         if self._client is None:
             if self.root is not None:
-                from mqcore.client._local import LocalClient
-
-                self._client = LocalClient(self.root)
+                self._client = connect(self.root)
             else:
-                from mqcore.client._http import Client
-
-                self._client = Client(self.url, timeout_seconds=self.timeout_seconds, max_retries=self.retries)
+                self._client = connect(self.url, timeout_seconds=self.timeout_seconds, max_retries=self.retries)
         return self._client
 
     def close(self) -> None:
@@ -411,6 +408,8 @@ def cli(ctx: click.Context, url: str, root: str | None, retries: int, timeout_se
             raise click.UsageError(f"give only one of {which}", ctx)
         if url_source == ParameterSource.COMMANDLINE:
             root = None  # --url on the command line beats MQ_ROOT in the environment
+    if root is None and not url.startswith(("http://", "https://")):
+        raise click.BadParameter(f"expected an http:// or https:// URL, got {url!r}", ctx, param_hint="--url")
     setup_logging(verbose)
     settings = Settings(url=url, root=root, retries=retries, timeout_seconds=timeout_seconds)
     ctx.obj = settings

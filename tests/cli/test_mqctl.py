@@ -442,6 +442,7 @@ def test_unreachable_server_exits_69(closed_port_url):
         ["frobnicate"],
         ["redrive", "q", "--status", "--cancel"],
         ["send", "q", "body", "--file", "f.txt"],
+        ["--url", "127.0.0.1:8080", "queues", "list"],
     ],
 )
 def test_usage_errors_exit_64(args, closed_port_url):
