@@ -526,7 +526,7 @@ class Broker:
         }
 
     async def peek(
-        self, queue: QueueName, after: MessageId | None, limit: int
+        self, queue: QueueName, after: MessageId | None, limit: int, partition: tuple[int, int] | None = None
     ) -> tuple[list[PeekedFile], MessageId | None]:
         """A page of the queue's messages read without receiving them (:meth:`mqcore.protocol.Store.peek`).
 
@@ -536,7 +536,15 @@ class Broker:
         Raises:
             QueueNotFound: No such queue.
         """
-        return await self._in(self.savers, self.store.peek, queue, after, limit)
+        return await self._in(self.savers, lambda: self.store.peek(queue, after, limit, partition=partition))
+
+    async def peek_ids(self, queue: QueueName, message_ids: list[str]) -> list[PeekedFile]:
+        """The given messages read without receiving them (:meth:`mqcore.protocol.Store.peek_ids`).
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        return await self._in(self.savers, self.store.peek_ids, queue, message_ids)
 
     async def purge(self, queue: QueueName) -> int:
         """Remove every message sent before now, in one step as seen by consumers (SQS PurgeQueue).

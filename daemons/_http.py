@@ -35,7 +35,7 @@ from mqcore.attributes import (
 )
 from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable
 from mqcore.model import ReceivedMessage
-from mqcore.names import MAX_PARTITIONS, check_message_id, check_queue_name, is_queue_prefix
+from mqcore.names import check_message_id, check_partition, check_queue_name, is_queue_prefix
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
 from mqcore.redrive import DEFAULT_REDRIVE_RATE, MAX_REDRIVE_RATE
 
@@ -459,23 +459,14 @@ _RECEIVE_PARAMS = (
 
 
 def _partition_params(params: dict[str, str]) -> tuple[int, int] | None:
-    """``(partition, partitions)`` from the receive query, or None when neither is given.
+    """``(partition, partitions)`` from the query, or None when neither is given.
 
     Raises:
         InvalidRequest: Only one of them, or out of range (``details.parameter``).
     """
-    partitions = int_param(params, "partitions", 1, MAX_PARTITIONS)
-    partition = int_param(params, "partition", 0, MAX_PARTITIONS - 1)
-    if partitions is None and partition is None:
-        return None
-    if partitions is None or partition is None:
-        missing = "partitions" if partitions is None else "partition"
-        raise InvalidRequest("partition and partitions must be given together", parameter=missing)
-    if partition >= partitions:
-        raise InvalidRequest(
-            f"partition must be 0-{partitions - 1} when partitions is {partitions}", parameter="partition"
-        )
-    return partition, partitions
+    partitions = int_param(params, "partitions", 0, 10**9)
+    partition = int_param(params, "partition", 0, 10**9)
+    return check_partition(partition, partitions)
 
 
 async def receive_message(request: web.Request) -> web.Response:
@@ -523,15 +514,16 @@ async def receive_message(request: web.Request) -> web.Response:
 
 
 async def peek_messages(request: web.Request) -> web.Response:
-    """GET /<queue>/peek?after=ID&limit=N -> 200 {"messages": [...], "next_after": ID | null}.
+    """GET /<queue>/peek?after=ID&limit=N[&partition=i&partitions=M] -> 200 {"messages", "next_after"}.
 
     Reads up to ``limit`` (1-1000, default 100) of the queue's messages with ids
     greater than ``after``, oldest first, without receiving them: ready, in
     flight and delayed, each with its ``state``. Nothing changes (no lease, no
-    receive count). ElasticMQ users' "peek"; SQS has none.
+    receive count). ElasticMQ users' "peek"; SQS has none. With ``partition``
+    and ``partitions`` only that partition's messages (as a partitioned receive).
     """
     queue = check_queue_name(request.match_info["queue"])
-    params = query_params(request, ("after", "limit"))
+    params = query_params(request, ("after", "limit", "partition", "partitions"))
     limit = int_param(params, "limit", 1, MAX_PEEK_LIMIT)
     after = params.get("after")
     if after is not None:
@@ -539,8 +531,35 @@ async def peek_messages(request: web.Request) -> web.Response:
             after = check_message_id(after)
         except InvalidRequest as exc:
             raise InvalidRequest(f"after must be a message id: {exc.message}", parameter="after") from None
-    messages, next_after = await request.app[BROKER].peek(queue, after, limit or DEFAULT_PEEK_LIMIT)
+    partition = _partition_params(params)
+    messages, next_after = await request.app[BROKER].peek(queue, after, limit or DEFAULT_PEEK_LIMIT, partition)
     return web.json_response({"messages": [_peeked_json(m) for m in messages], "next_after": next_after})
+
+
+async def peek_by_ids(request: web.Request) -> web.Response:
+    """POST /<queue>/peek {"message_ids": [ID, ...]} -> 200 {"messages": [...]}.
+
+    Reads the given messages (1-1000 ids) wherever they are in the queue,
+    without receiving them; ids not in the queue are left out of the answer.
+    """
+    queue = check_queue_name(request.match_info["queue"])
+    query_params(request, ())
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise InvalidRequest('the body must be a JSON object {"message_ids": [...]}')
+    check_keys(body, ("message_ids",), "the request")
+    ids = body.get("message_ids")
+    if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_PEEK_LIMIT:
+        raise InvalidRequest(f"message_ids must be a list of 1-{MAX_PEEK_LIMIT} message ids", field="message_ids")
+    for i, value in enumerate(ids):
+        if not isinstance(value, str):
+            raise InvalidRequest(f"message_ids[{i}] must be a message id string", field=f"message_ids[{i}]")
+        try:
+            check_message_id(value)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"message_ids[{i}]: {exc.message}", field=f"message_ids[{i}]") from None
+    messages = await request.app[BROKER].peek_ids(queue, ids)
+    return web.json_response({"messages": [_peeked_json(m) for m in messages]})
 
 
 def _peeked_json(message: PeekedFile) -> dict[str, Any]:

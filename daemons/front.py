@@ -53,6 +53,7 @@ from daemons._http import (
     get_queue,
     get_redrive,
     list_queues,
+    peek_by_ids,
     peek_messages,
     purge_queue,
     put_attributes,
@@ -108,6 +109,7 @@ def make_app(broker: Broker) -> web.Application:
     router.add_put("/{queue}/attributes", put_attributes)
     router.add_post("/{queue}/purge", purge_queue)
     router.add_get("/{queue}/peek", peek_messages)
+    router.add_post("/{queue}/peek", peek_by_ids)
     router.add_post("/{queue}/redrive", start_redrive)
     router.add_get("/{queue}/redrive", get_redrive)
     router.add_delete("/{queue}/redrive", cancel_redrive)

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import NewType
 
-from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle
+from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest
 
 QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
@@ -130,6 +130,29 @@ def partition_of(message_id: str, partitions: int) -> int:
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ValueError(f"partitions must be 1-{MAX_PARTITIONS}, got {partitions}")
     return int(message_id[-8:], 16) % partitions
+
+
+def check_partition(partition: int | None, partitions: int | None) -> tuple[int, int] | None:
+    """``(partition, partitions)`` of a partitioned receive or peek, or None when neither is given.
+
+    Raises:
+        InvalidRequest: Only one of them, ``partitions`` not 1 to :data:`MAX_PARTITIONS`, or
+            ``partition`` not 0 to ``partitions - 1`` (``details["parameter"]`` names it).
+    """
+    if partition is None and partitions is None:
+        return None
+    if partition is None or partitions is None:
+        missing = "partitions" if partitions is None else "partition"
+        raise InvalidRequest("partition and partitions must be given together", parameter=missing)
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidRequest(
+            f"partitions must be an integer 1-{MAX_PARTITIONS}, got {partitions}", parameter="partitions"
+        )
+    if not 0 <= partition < partitions:
+        raise InvalidRequest(
+            f"partition must be 0-{partitions - 1} when partitions is {partitions}", parameter="partition"
+        )
+    return partition, partitions
 
 
 class IdGenerator:

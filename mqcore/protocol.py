@@ -43,6 +43,7 @@ from mqcore.errors import (
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
     ATTEMPT_WINDOW_MS,
+    MAX_PARTITIONS,
     REDRIVE_CANCEL_FILE,
     REMOVED_QUEUE_SUFFIX,
     STAGING_SUFFIX,
@@ -57,6 +58,7 @@ from mqcore.names import (
     parse_in_flight_name,
     parse_ready_name,
     parse_receipt_handle,
+    partition_of,
     ready_name,
     removed_name,
     sent_ms_of,
@@ -924,7 +926,12 @@ class Store:
         return "kept" if kept and result == "redelivered" else result
 
     def peek(
-        self, queue: QueueName, after: MessageId | None = None, limit: int = DEFAULT_PEEK_LIMIT, now: int | None = None
+        self,
+        queue: QueueName,
+        after: MessageId | None = None,
+        limit: int = DEFAULT_PEEK_LIMIT,
+        now: int | None = None,
+        partition: tuple[int, int] | None = None,
     ) -> tuple[list[PeekedFile], MessageId | None]:
         """Read a page of a queue's messages without receiving them (nothing is renamed or changed).
 
@@ -932,8 +939,9 @@ class Store:
         delayed messages), orders them by id (send order) and reads the first
         ``limit`` with ids greater than ``after``. Purged and expired messages
         are left out. A snapshot, not a transaction: a message that moves
-        between the listing and the read (received, deleted, redelivered) is
-        left out of this page; none appears twice in one page, and paging by id
+        between the listing and its read (received, redelivered) is looked up
+        again in one fresh listing; only one that moved twice meanwhile, or was
+        deleted, is left out. None appears twice in one page, and paging by id
         never returns a message twice.
 
         Args:
@@ -941,57 +949,109 @@ class Store:
             after: Only ids greater than this (the previous page's ``next_after``); None = from the start.
             limit: 1 to :data:`MAX_PEEK_LIMIT` messages.
             now: Epoch ms for the retention check.
+            partition: ``(i, M)``: only messages of partition ``i`` of ``M``
+                (:func:`mqcore.names.partition_of`); None = all.
         Returns:
             ``(messages, next_after)``: ``next_after`` is the id to pass as ``after``
             for the next page, None when there are no more messages.
         Raises:
             QueueNotFound: No such queue.
-            ValueError: ``limit`` out of range.
+            ValueError: ``limit`` or ``partition`` out of range.
         """
         if not 1 <= limit <= MAX_PEEK_LIMIT:
             raise ValueError(f"limit must be 1-{MAX_PEEK_LIMIT}, got {limit}")
+        if partition is not None and not 0 <= partition[0] < partition[1] <= MAX_PARTITIONS:
+            raise ValueError(f"partition must be (i, M) with 0 <= i < M <= {MAX_PARTITIONS}, got {partition}")
         now = now if now is not None else now_ms()
         policy = self.policy(queue, now)
+        found = self._locate(queue)
+        ids = sorted(
+            i
+            for i in found
+            if (after is None or i > after)
+            and (partition is None or partition_of(i, partition[1]) == partition[0])
+            and not policy.is_gone(MessageId(i), now)
+        )
+        page = ids[:limit]
+        return self._read_located(queue, page, found), (page[-1] if len(ids) > limit else None)  # type: ignore[return-value]
+
+    def peek_ids(self, queue: QueueName, message_ids: Iterable[str], now: int | None = None) -> list[PeekedFile]:
+        """Read the given messages of a queue without receiving them, wherever they are (ready, in flight, delayed).
+
+        Ids that are not in the queue (deleted, never sent, purged, expired, or
+        malformed) are left out. Used to rebuild a batch from its message ids
+        (the Spark source after a restart). One listing of ``queues/Q/`` and of
+        ``delay/``, whatever the number of ids.
+
+        Returns:
+            The messages found, in id order.
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        now = now if now is not None else now_ms()
+        policy = self.policy(queue, now)
+        found = self._locate(queue)
+        wanted = sorted({i for i in message_ids if i in found and not policy.is_gone(MessageId(i), now)})
+        return self._read_located(queue, wanted, found)
+
+    def _locate(self, queue: QueueName) -> dict[str, tuple[str, int, int | None]]:
+        """Message id -> (path, receive count, ``delay/`` deadline or None) of every message of ``queue``."""
         found: dict[str, tuple[str, int, int | None]] = {}
+        qdir = self.layout.queue_dir(queue)
         for name in self.scan_ready(queue):
             parsed = parse_ready_name(name)
             if parsed is not None:
-                found[parsed[0]] = (os.path.join(self.layout.queue_dir(queue), name), parsed[1], None)
+                found[parsed[0]] = (os.path.join(qdir, name), parsed[1], None)
         for name in self._listdir(self.layout.delay):
             item = parse_in_flight_name(name)
             if item is not None and item.queue == queue and item.message_id not in found:
                 found[item.message_id] = (self.layout.delay_path(name), item.receive_count, item.deadline_ms)
-        ids = sorted(i for i in found if (after is None or i > after) and not policy.is_gone(MessageId(i), now))
-        out: list[PeekedFile] = []
-        last: MessageId | None = None
+        return found
+
+    def _read_located(
+        self, queue: QueueName, ids: list[str], found: dict[str, tuple[str, int, int | None]]
+    ) -> list[PeekedFile]:
+        """Read ``ids`` at their located paths; a file that moved meanwhile is located once more."""
+        read: dict[str, PeekedFile] = {}
+        moved: list[str] = []
         for message_id in ids:
-            if len(out) == limit:
-                return out, last
-            path, count, deadline = found[message_id]
-            last = MessageId(message_id)
-            try:
-                with open(path, "rb") as f:
-                    header, body = model.decode(f.read())
-            except (FileNotFoundError, model.CorruptMessage):
-                continue
-            except OSError as exc:
-                raise _storage_error("read for peek", exc) from exc
-            source = header.get("queue")
-            state = "ready" if deadline is None else ("in_flight" if count > 0 else "delayed")
-            out.append(
-                PeekedFile(
-                    queue=queue,
-                    message_id=MessageId(message_id),
-                    state=state,
-                    receive_count=count,
-                    visible_at_ms=deadline,
-                    body=body,
-                    content_type=str(header.get("content_type") or model.DEFAULT_CONTENT_TYPE),
-                    attributes=model.header_attributes(header),
-                    source_queue=source if isinstance(source, str) else None,
-                )
-            )
-        return out, None
+            peeked = self._read_peeked(queue, message_id, *found[message_id])
+            if peeked is None:
+                moved.append(message_id)
+            else:
+                read[message_id] = peeked
+        if moved:
+            again = self._locate(queue)
+            for message_id in moved:
+                if message_id in again:
+                    peeked = self._read_peeked(queue, message_id, *again[message_id])
+                    if peeked is not None:
+                        read[message_id] = peeked
+        return [read[i] for i in ids if i in read]
+
+    def _read_peeked(
+        self, queue: QueueName, message_id: str, path: str, count: int, deadline: int | None
+    ) -> PeekedFile | None:
+        """One message file read for a peek; None if it is gone or unreadable as a message."""
+        try:
+            with open(path, "rb") as f:
+                header, body = model.decode(f.read())
+        except (FileNotFoundError, model.CorruptMessage):
+            return None
+        except OSError as exc:
+            raise _storage_error("read for peek", exc) from exc
+        source = header.get("queue")
+        return PeekedFile(
+            queue=queue,
+            message_id=MessageId(message_id),
+            state="ready" if deadline is None else ("in_flight" if count > 0 else "delayed"),
+            receive_count=count,
+            visible_at_ms=deadline,
+            body=body,
+            content_type=str(header.get("content_type") or model.DEFAULT_CONTENT_TYPE),
+            attributes=model.header_attributes(header),
+            source_queue=source if isinstance(source, str) else None,
+        )
 
     # -- receipt handles ---------------------------------------------------
 

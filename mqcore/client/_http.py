@@ -47,6 +47,7 @@ from mqcore.attributes import MAX_WAIT_SECONDS
 from mqcore.client._types import JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import ConnectionFailed, InvalidRequest, MessageTooLarge, MQError, error_from_json
 from mqcore.names import check_message_id, check_queue_name
+from mqcore.protocol import MAX_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ HANDLE_BATCH_SIZE = 10
 SEND_BATCH_SIZE = 10
 #: Default page size of ``peek`` / ``iter_peek``, in messages (the server allows 1-1,000).
 PEEK_PAGE_SIZE = 100
+#: Ids per request of ``peek_ids`` (the server's limit, ``MAX_PEEK_LIMIT``).
+PEEK_IDS_BATCH_SIZE = MAX_PEEK_LIMIT
 
 
 # -- the API, written once ---------------------------------------------------------------------
@@ -361,13 +364,38 @@ def _change_visibility_op(queue: str, receipt_handle: str, timeout_seconds: int)
     return result
 
 
-def _peek_op(queue: str, after: str | None, limit: int) -> _Op[PeekPage]:
+def _peek_op(queue: str, after: str | None, limit: int, partition: int | None, partitions: int | None) -> _Op[PeekPage]:
     params: dict[str, str | int] = {"limit": limit}
     if after is not None:
         params["after"] = after
+    if partition is not None:
+        params["partition"] = partition
+    if partitions is not None:
+        params["partitions"] = partitions
     answer = yield _Request("GET", _queue_path(queue, "peek"), params)
     data = answer.json()
     return PeekPage([_peeked(queue, item) for item in data["messages"]], data.get("next_after"))
+
+
+def _peek_ids_op(queue: str, message_ids: Sequence[str]) -> _Op[list[PeekedMessage]]:
+    path = _queue_path(queue, "peek")
+    out: list[PeekedMessage] = []
+    for start in range(0, len(message_ids), PEEK_IDS_BATCH_SIZE):
+        chunk = [check_message_id(i) for i in message_ids[start : start + PEEK_IDS_BATCH_SIZE]]
+        answer = yield _Request("POST", path, json={"message_ids": chunk})
+        out += [_peeked(queue, item) for item in answer.json()["messages"]]
+    return out
+
+
+def _delete_by_ids_op(queue: str, message_ids: Sequence[str]) -> _Op[list[MQError | None]]:
+    path = _queue_path(queue, "messages", "delete")
+    results: list[MQError | None] = []
+    for start in range(0, len(message_ids), HANDLE_BATCH_SIZE):
+        chunk = [check_message_id(i) for i in message_ids[start : start + HANDLE_BATCH_SIZE]]
+        entries = [{"id": str(i), "message_id": message_id} for i, message_id in enumerate(chunk)]
+        answer = yield _Request("POST", path, json={"entries": entries})
+        results += _batch_results(answer.json(), len(chunk), lambda ok: None)
+    return results
 
 
 def _start_redrive_op(queue: str, destination: str | None, max_messages_per_second: int | None) -> _Op[dict[str, Any]]:
@@ -876,29 +904,69 @@ class Client(_Base):
 
     # -- peeking --
 
-    def peek(self, queue: str, *, after: str | None = None, limit: int = PEEK_PAGE_SIZE) -> PeekPage:
+    def peek(
+        self,
+        queue: str,
+        *,
+        after: str | None = None,
+        limit: int = PEEK_PAGE_SIZE,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> PeekPage:
         """Read messages without receiving them: no lease, no receive count change (``GET /{queue}/peek``).
 
         Args:
             queue: Queue name.
             after: Only messages with ids greater than this one (a page's ``next_after``).
             limit: 1-1,000 messages per page.
+            partition: With ``partitions``: only messages of this partition (as a partitioned receive).
+            partitions: Number of partitions, 1-1,000.
         Returns:
             A page of ready, in-flight and delayed messages, oldest first.
         Raises:
-            InvalidRequest: ``limit`` out of range or ``after`` not a message id.
+            InvalidRequest: ``limit`` or the partition out of range, or ``after`` not a message id.
         """
-        return self._run(_peek_op(queue, after, limit))
+        return self._run(_peek_op(queue, after, limit, partition, partitions))
 
-    def iter_peek(self, queue: str, *, page_size: int = PEEK_PAGE_SIZE) -> Iterator[PeekedMessage]:
-        """Every message of a queue, oldest first, read page by page with :meth:`peek`.
+    def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
+        """Read the given messages without receiving them, wherever they are (``POST /{queue}/peek``).
+
+        Any number of ids, 1,000 per request. Ids not in the queue (deleted,
+        never sent) are left out of the answer.
+
+        Returns:
+            The messages found, in id order within each 1,000.
+        Raises:
+            InvalidMessageId: An id is malformed (before any request).
+        """
+        return self._run(_peek_ids_op(queue, message_ids))
+
+    def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
+        """Delete any number of messages by id, wherever they are, 10 per request (SoftLayer delete, batched).
+
+        Returns:
+            One result per id, in order: None if deleted, else the error (MessageNotFound, ...).
+        Raises:
+            InvalidMessageId: An id is malformed (before any request).
+        """
+        return self._run(_delete_by_ids_op(queue, message_ids))
+
+    def iter_peek(
+        self,
+        queue: str,
+        *,
+        page_size: int = PEEK_PAGE_SIZE,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> Iterator[PeekedMessage]:
+        """Every message of a queue (or of one partition), oldest first, read page by page with :meth:`peek`.
 
         Messages sent while iterating appear if their ids sort after the current page.
         Errors as :meth:`peek`, raised while iterating.
         """
         after: str | None = None
         while True:
-            page = self.peek(queue, after=after, limit=page_size)
+            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
             yield from page.messages
             if page.next_after is None:
                 return
@@ -1103,13 +1171,34 @@ class AsyncClient(_Base):
     async def nack(self, message: Message, delay_seconds: int = 0) -> None:
         await self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
 
-    async def peek(self, queue: str, *, after: str | None = None, limit: int = PEEK_PAGE_SIZE) -> PeekPage:
-        return await self._run(_peek_op(queue, after, limit))
+    async def peek(
+        self,
+        queue: str,
+        *,
+        after: str | None = None,
+        limit: int = PEEK_PAGE_SIZE,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> PeekPage:
+        return await self._run(_peek_op(queue, after, limit, partition, partitions))
 
-    async def iter_peek(self, queue: str, *, page_size: int = PEEK_PAGE_SIZE) -> AsyncIterator[PeekedMessage]:
+    async def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
+        return await self._run(_peek_ids_op(queue, message_ids))
+
+    async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
+        return await self._run(_delete_by_ids_op(queue, message_ids))
+
+    async def iter_peek(
+        self,
+        queue: str,
+        *,
+        page_size: int = PEEK_PAGE_SIZE,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> AsyncIterator[PeekedMessage]:
         after: str | None = None
         while True:
-            page = await self.peek(queue, after=after, limit=page_size)
+            page = await self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
             for message in page.messages:
                 yield message
             if page.next_after is None:

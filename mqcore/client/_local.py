@@ -88,6 +88,7 @@ from mqcore.names import (
     MessageId,
     QueueName,
     check_message_id,
+    check_partition,
     check_queue_name,
     is_queue_prefix,
     parse_in_flight_name,
@@ -931,17 +932,11 @@ class LocalClient:
             raise InvalidRequest(
                 "attempt_id must be 1-128 printable ASCII characters without spaces", parameter="attempt_id"
             )
-        if partitions is not None:
-            partitions = _check_int(partitions, "partitions", 1, MAX_PARTITIONS)
-        if partition is not None:
-            partition = _check_int(partition, "partition", 0, MAX_PARTITIONS - 1)
-        if (partition is None) != (partitions is None):
-            missing = "partitions" if partitions is None else "partition"
-            raise InvalidRequest("partition and partitions must be given together", parameter=missing)
-        if partition is not None and partitions is not None and partition >= partitions:
-            raise InvalidRequest(
-                f"partition must be 0-{partitions - 1} when partitions is {partitions}", parameter="partition"
-            )
+        checked = check_partition(
+            None if partition is None else _check_int(partition, "partition", 0, MAX_PARTITIONS - 1),
+            None if partitions is None else _check_int(partitions, "partitions", 1, MAX_PARTITIONS),
+        )
+        partition, partitions = checked if checked is not None else (None, None)
         attrs = self._attrs(name)
         return _ReceiveRequest(
             queue=name,
@@ -1279,7 +1274,15 @@ class LocalClient:
 
     # -- peek -------------------------------------------------------------------------------
 
-    def peek(self, queue: str, *, after: str | None = None, limit: int = DEFAULT_PEEK_LIMIT) -> PeekPage:
+    def peek(
+        self,
+        queue: str,
+        *,
+        after: str | None = None,
+        limit: int = DEFAULT_PEEK_LIMIT,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> PeekPage:
         """Read a page of the queue's messages, oldest first, without receiving them (nothing changes).
 
         Ready, in-flight and delayed messages are all shown, each with its state.
@@ -1288,27 +1291,76 @@ class LocalClient:
             queue: The queue.
             after: Only messages with ids greater than this (a page's ``next_after``).
             limit: 1-1000 messages.
+            partition: With ``partitions``: only messages of this partition (as a partitioned receive).
+            partitions: Number of partitions, 1-1000.
         Raises:
             InvalidQueueName: Bad name.
-            InvalidRequest: ``after`` is not a message id, or ``limit`` out of range.
+            InvalidRequest: ``after`` is not a message id, or ``limit`` or the partition out of range.
             QueueNotFound: No such queue.
         """
         name = check_queue_name(queue)
         size = _check_int(limit, "limit", 1, MAX_PEEK_LIMIT)
+        split = check_partition(
+            None if partition is None else _check_int(partition, "partition", 0, MAX_PARTITIONS - 1),
+            None if partitions is None else _check_int(partitions, "partitions", 1, MAX_PARTITIONS),
+        )
         start: MessageId | None = None
         if after is not None:
             try:
                 start = check_message_id(after)
             except InvalidRequest as exc:
                 raise InvalidRequest(f"after must be a message id: {exc.message}", parameter="after") from None
-        files, next_after = self.store.peek(name, after=start, limit=size)
+        files, next_after = self.store.peek(name, after=start, limit=size, partition=split)
         return PeekPage([_as_peeked(f) for f in files], next_after)
 
-    def iter_peek(self, queue: str, *, page_size: int = DEFAULT_PEEK_LIMIT) -> Iterator[PeekedMessage]:
-        """Every message of the queue, oldest first, by pages of ``page_size`` (1-1000); see :meth:`peek`."""
+    def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
+        """Read the given messages without receiving them, wherever they are; ids not in the queue are left out.
+
+        Returns:
+            The messages found, in id order.
+        Raises:
+            InvalidQueueName: Bad name.
+            InvalidMessageId: An id is malformed.
+            QueueNotFound: No such queue.
+        """
+        name = check_queue_name(queue)
+        ids = [check_message_id(i) for i in message_ids]
+        return [_as_peeked(f) for f in self.store.peek_ids(name, ids)] if ids else []
+
+    def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
+        """Delete several messages by id, wherever they are (SoftLayer delete, batched); a result per id.
+
+        Returns:
+            None for each message deleted, or the error of :meth:`delete_by_id` it got, in order.
+        Raises:
+            InvalidQueueName: Bad name.
+            QueueNotFound: No such queue (nothing is deleted).
+        """
+        name = check_queue_name(queue)
+        ids = list(message_ids)
+        if ids and not self.store.queue_exists(name):
+            raise QueueNotFound(f"queue {name!r} does not exist", queue=name)
+        out: list[MQError | None] = []
+        for message_id in ids:
+            try:
+                self.delete_by_id(name, message_id)
+                out.append(None)
+            except MQError as exc:
+                out.append(exc)
+        return out
+
+    def iter_peek(
+        self,
+        queue: str,
+        *,
+        page_size: int = DEFAULT_PEEK_LIMIT,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> Iterator[PeekedMessage]:
+        """Every message of the queue (or of one partition), oldest first, by pages of ``page_size`` (1-1000)."""
         after: str | None = None
         while True:
-            page = self.peek(queue, after=after, limit=page_size)
+            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
             yield from page.messages
             if page.next_after is None:
                 return
@@ -1753,17 +1805,42 @@ class AsyncLocalClient:
         """See :meth:`LocalClient.nack`."""
         await asyncio.to_thread(self.sync.nack, message, delay_seconds)
 
-    async def peek(self, queue: str, *, after: str | None = None, limit: int = DEFAULT_PEEK_LIMIT) -> PeekPage:
+    async def peek(
+        self,
+        queue: str,
+        *,
+        after: str | None = None,
+        limit: int = DEFAULT_PEEK_LIMIT,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> PeekPage:
         """See :meth:`LocalClient.peek`."""
-        return await asyncio.to_thread(lambda: self.sync.peek(queue, after=after, limit=limit))
+        return await asyncio.to_thread(
+            lambda: self.sync.peek(queue, after=after, limit=limit, partition=partition, partitions=partitions)
+        )
 
-    def iter_peek(self, queue: str, *, page_size: int = DEFAULT_PEEK_LIMIT) -> AsyncIterator[PeekedMessage]:
+    async def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
+        """See :meth:`LocalClient.peek_ids`."""
+        return await asyncio.to_thread(self.sync.peek_ids, queue, message_ids)
+
+    async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
+        """See :meth:`LocalClient.delete_by_ids`."""
+        return await asyncio.to_thread(self.sync.delete_by_ids, queue, message_ids)
+
+    def iter_peek(
+        self,
+        queue: str,
+        *,
+        page_size: int = DEFAULT_PEEK_LIMIT,
+        partition: int | None = None,
+        partitions: int | None = None,
+    ) -> AsyncIterator[PeekedMessage]:
         """Every message of the queue, oldest first, by pages (an async iterator); see :meth:`LocalClient.peek`."""
 
         async def pages() -> AsyncIterator[PeekedMessage]:
             after: str | None = None
             while True:
-                page = await self.peek(queue, after=after, limit=page_size)
+                page = await self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
                 for message in page.messages:
                     yield message
                 if page.next_after is None:

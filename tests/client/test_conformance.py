@@ -420,6 +420,32 @@ def test_peek_gives_both_the_same_view(pair: Pair, queue: str) -> None:
     assert (nxt.message_id, nxt.receive_count) == (ids[1], 1)  # peeking changed nothing
 
 
+def test_peek_ids_partitioned_peek_and_delete_by_ids(pair: Pair, queue: str) -> None:
+    from mqcore.errors import MessageNotFound
+    from mqcore.names import partition_of
+
+    a, b = pair.a, pair.b
+    a.create_queue(queue)
+    ids = a.send_batch(queue, [f"m{i}" for i in range(12)])
+    (leased,) = receive_n(b, queue, 1)
+    for client in (a, b):
+        shares = [[m.message_id for m in client.iter_peek(queue, partition=p, partitions=2)] for p in range(2)]
+        assert sorted(shares[0] + shares[1]) == ids
+        assert all(partition_of(i, 2) == p for p, share in enumerate(shares) for i in share)
+        found = client.peek_ids(queue, [ids[3], leased.message_id, ids[9]])
+        assert [(m.message_id, m.state, m.body) for m in found] == [
+            (leased.message_id, "in_flight", b"m0"),
+            (ids[3], "ready", b"m3"),
+            (ids[9], "ready", b"m9"),
+        ]
+    results = b.delete_by_ids(queue, [ids[3], leased.message_id])
+    assert results == [None, None]  # by id, in flight too
+    again = a.delete_by_ids(queue, [ids[3], ids[4]])
+    assert isinstance(again[0], MessageNotFound) and again[1] is None
+    assert a.peek_ids(queue, [ids[3], ids[4], leased.message_id]) == []
+    assert len(list(b.iter_peek(queue))) == 9
+
+
 def test_partitions_cover_every_message_exactly_once(pair: Pair, queue: str) -> None:
     pair.a.create_queue(queue)
     ids = pair.a.send_batch(queue, [str(i) for i in range(40)])

@@ -166,3 +166,52 @@ async def test_partition_parameters_are_checked(shared_stack, queue):
         reply = await stack.request("GET", f"/{queue}/messages{query(**params)}")
         body = assert_error(reply, 400, "invalid_request")
         assert body["details"]["parameter"] == parameter, params
+
+
+async def test_peek_a_partition_and_peek_by_ids(shared_stack, queue):
+    stack = shared_stack
+    await stack.create_queue(queue)
+    ids = await send_all(stack, queue, 30)
+    reply = await stack.request("GET", f"/{queue}/messages{query(max_messages=2, visibility_timeout_seconds=300)}")
+    in_flight = [m["message_id"] for m in reply.json["messages"]]
+    parts = []
+    for part in range(3):
+        reply = await stack.request("GET", f"/{queue}/peek{query(partition=part, partitions=3, limit=1000)}")
+        assert reply.status == 200
+        assert all(partition_of(m["message_id"], 3) == part for m in reply.json["messages"])
+        parts += [m["message_id"] for m in reply.json["messages"]]
+    assert sorted(parts) == ids  # every message in exactly one partition, in flight ones too
+
+    wanted = [ids[5], in_flight[0], ids[20]]
+    gone = ids[6]
+    assert (await stack.delete(queue, gone)).status == 200
+    reply = await stack.request(
+        "POST",
+        f"/{queue}/peek",
+        data=json.dumps({"message_ids": [*wanted, gone]}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert reply.status == 200, reply.body
+    got = {m["message_id"]: m for m in reply.json["messages"]}
+    assert sorted(got) == sorted(wanted)  # the deleted one is left out
+    assert got[in_flight[0]]["state"] == "in_flight"
+    assert base64.b64decode(got[ids[20]]["body_base64"]) == b"m20"
+
+
+async def test_peek_by_ids_errors(shared_stack, queue):
+    stack = shared_stack
+    await stack.create_queue(queue)
+
+    async def post(body):
+        return await stack.request(
+            "POST", f"/{queue}/peek", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+
+    assert_error(await post({"message_ids": []}), 400, "invalid_request")
+    assert_error(await post({"message_ids": ["nope"]}), 400, "invalid_request")
+    assert_error(await post({"ids": []}), 400, "invalid_request")
+    assert_error(await post([]), 400, "invalid_request")
+    reply = await stack.request(
+        "POST", "/no-such-queue-peek/peek", data=b'{"message_ids": []}', headers={"Content-Type": "application/json"}
+    )
+    assert reply.status in (400, 404)
