@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,spark,examples]'
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"
