@@ -1,0 +1,927 @@
+"""mq benchmark: Spark through the ``mq`` data source against the daemon's own HTTP rate.
+
+Measured in ONE run on ONE stack (the same ``mq`` + ``mq-mover`` + ``mq-reaper``,
+started by ``bench/run.py``'s :class:`~bench.run.Daemons` on a fresh root on the
+real disk, default ``./var/bench-root-spark``; or ``--url`` for a running server):
+
+``http``
+    The daemon's own receive+delete throughput through the project's client:
+    each thread loops ``Client.receive(max_messages=10, wait_time_seconds=0)`` +
+    ``Client.delete_batch`` over a queue prefilled with ``--messages`` messages
+    until the queue is empty; 1 and 4 threads (``--http-threads``), each its own
+    client and queue. Messages/s = messages deleted / time to empty.
+``source``
+    Messages/s out of Spark: a streaming query ``readStream.format("mq")`` ->
+    ``writeStream.format("noop")`` with ``trigger(availableNow=True)`` over a
+    queue prefilled with ``--messages`` messages, timed from ``load()`` to the
+    end of ``awaitTermination()`` (``msgs_per_s``), and with the Spark session's
+    start-up and warm-up added (``msgs_per_s_incl_session_startup``). The rows
+    come from the query's progress (``numInputRows``). Spark commits the last
+    batch of an availableNow run only in the next run, so that batch is still
+    leased when the query ends: the same query is then started once more on the
+    same checkpoint (it acks that batch and finds the queue empty) and timed
+    apart (``final_ack_run_s``, ``msgs_per_s_incl_final_ack``).
+``sink``
+    Messages/s into Spark's sink direction: a DataFrame of ``--messages`` rows
+    (``body`` strings of ``--body-bytes`` bytes, ``--partitions`` partitions)
+    written with ``df.write.format("mq").mode("append").save()``. The queues'
+    prefills, done by ``--prefill-threads`` threads of ``Client.send_batch``
+    (batches of 10), are the HTTP baseline of this direction.
+``stream_sink``
+    The same rows written by a streaming query: Parquet files (written first,
+    not timed) read with ``readStream`` and ``trigger(availableNow=True)`` into
+    ``writeStream.format("mq")``.
+
+The bar (issue 5): source messages/s >= 0.5 x the HTTP receive+delete
+messages/s (the better of the thread counts). The Spark session is local[2]
+with the fast, quiet settings of the project's notes on PySpark; before any
+part it runs a warm-up (a tiny streaming read and a tiny write) so that the
+first Spark part does not pay the first query's costs alone.
+
+It prints ONE JSON object on stdout (also saved in ``bench/results/spark-<time>.json``),
+progress on stderr, daemon logs in ``var/bench-logs/spark-<time>/``. Usage,
+from the repository root (needs the ``spark`` extra and Java 17)::
+
+    .venv/bin/python bench/spark.py                      # 50,000 messages per part, ~6 minutes
+    .venv/bin/python bench/spark.py --quick              # 5,000 messages per part
+    .venv/bin/python bench/spark.py --parts source,http  # some parts, in this order
+    .venv/bin/python bench/spark.py --max-messages-per-batch 2000 --body-bytes 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.run import (
+    BENCH_DIR,
+    REPO_DIR,
+    CpuMeter,
+    Daemons,
+    _loadavg,
+    _lock_root,
+    _machine_ticks,
+    _prepare_root,
+    _ratio,
+    log,
+    machine_info,
+)
+from mqcore.client import Client
+
+#: Parts of a run, in the default order.
+PARTS = ("http", "source", "sink", "stream_sink")
+#: Bar of issue 5: the source's messages/s over the HTTP receive+delete messages/s.
+BAR_SOURCE_OVER_HTTP = 0.5
+#: Messages per part (default, and with --quick).
+MESSAGES, QUICK_MESSAGES = 50_000, 5_000
+#: Entries per send_batch request of the prefills (mq's default --max-batch-messages).
+PREFILL_BATCH = 10
+#: Messages of the warm-up queue.
+WARMUP_MESSAGES = 200
+
+
+# -- CPU of a process tree (the Spark JVM and its Python workers) ------------------------
+
+
+def _tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds of ``root_pid`` and every live descendant, plus their reaped children."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        cpu[pid] = sum(int(x) for x in fields[11:15]) * tick  # utime stime cutime cstime
+    total = 0.0
+    for pid in cpu:
+        p = pid
+        while p > 1:
+            if p == root_pid:
+                total += cpu[pid]
+                break
+            p = parents.get(p, 0)
+    return total
+
+
+class PartMeter:
+    """:class:`~bench.run.CpuMeter` plus the Spark JVM's process tree (JVM + Python workers)."""
+
+    def __init__(self, daemons: Daemons | None, jvm_pid: int | None) -> None:
+        self.jvm_pid = jvm_pid
+        self.jvm0 = _tree_cpu_s(jvm_pid) if jvm_pid else 0.0
+        self.meter = CpuMeter(daemons.pids() if daemons is not None else {})
+
+    def stop(self, messages: int) -> dict[str, float]:
+        """CPU figures since construction; ``spark_cpu_pct`` is of one core, like the others."""
+        out = self.meter.stop()
+        if self.jvm_pid:
+            spark = _tree_cpu_s(self.jvm_pid) - self.jvm0
+            out["spark_cpu_pct"] = round(100 * spark / out["wall_s"], 1)
+            out["other_cpu_pct"] = round(max(0.0, out["other_cpu_pct"] - out["spark_cpu_pct"]), 1)
+        if "mq_cpu_pct" in out and messages:
+            out["mq_cpu_ms_per_message"] = round(out["mq_cpu_pct"] / 100 * out["wall_s"] * 1000 / messages, 3)
+        return out
+
+
+class Profiler:
+    """py-spy on the Spark Python processes that appear during a part (``--profile DIR``).
+
+    Every 0.1 s it looks for new descendants of the Spark JVM whose command line
+    names a pyspark module (the driver-side streaming source runner, the
+    executors' workers, ...) and starts ``py-spy record --idle --threads
+    --format raw`` on each; raw files (collapsed stacks, wall time including
+    waits) land in ``DIR/<part>-<pid>-<module>.txt``. Profiling slows the
+    processes down: the figures of a profiled run are not comparable.
+    """
+
+    def __init__(self, out_dir: Path, jvm_pid: int, part: str) -> None:
+        self.out_dir, self.jvm_pid, self.part = out_dir, jvm_pid, part
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.files: list[str] = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="bench-profiler", daemon=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.thread.start()
+
+    def _descendants(self) -> dict[int, str]:
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError):
+                    parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        out: dict[int, str] = {}
+        for pid in parents:
+            p = parents[pid]
+            while p > 1 and p != self.jvm_pid:
+                p = parents.get(p, 0)
+            if p == self.jvm_pid:
+                with contextlib.suppress(OSError):
+                    out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return out
+
+    def _watch(self) -> None:
+        spy = str(Path(sys.executable).parent / "py-spy")
+        while not self.stop_event.is_set():
+            for pid, cmd in self._descendants().items():
+                if pid in self.procs or "pyspark" not in cmd:
+                    continue
+                module = cmd.split()[-1].rsplit(".", 1)[-1]
+                path = self.out_dir / f"{self.part}-{pid}-{module}.txt"
+                self.files.append(str(path))
+                args = [
+                    spy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--idle",
+                    "--threads",
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "100",
+                    "--nonblocking",
+                ]
+                self.procs[pid] = subprocess.Popen(
+                    [*args, "--output", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
+            self.stop_event.wait(0.1)
+
+    def stop(self) -> list[str]:
+        """Stop every py-spy (they write their file on SIGINT); return the files."""
+        self.stop_event.set()
+        self.thread.join()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return [f for f in self.files if Path(f).exists()]
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _body(i: int, size: int) -> bytes:
+    """An ASCII body of ``size`` bytes that starts with its number (so body_text is decoded)."""
+    head = f"{i:012d}".encode()
+    return (head + b"x" * max(0, size - len(head)))[:size]
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
+
+
+def _run_threads(count: int, target: Any) -> list[Any]:
+    """Run ``target(k)`` on ``count`` threads started together; return the results in order; re-raise."""
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+    start = threading.Barrier(count)
+
+    def body(k: int) -> None:
+        try:
+            start.wait()
+            results[k] = target(k)
+        except BaseException as exc:  # noqa: BLE001  re-raised below in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(k,), name=f"bench-{k}") for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+class SparkBench:
+    """The parts of one run against one stack; each method returns its JSON figures."""
+
+    def __init__(self, args: argparse.Namespace, url: str, daemons: Daemons | None, work: Path) -> None:
+        self.args, self.url, self.daemons, self.work = args, url, daemons, work
+        self.client = Client(url, timeout_seconds=60)
+        self.remove_dir = Path(args.root).resolve() / "mq" / "remove" if daemons is not None else None
+        self.spark: Any = None
+        self.jvm_pid: int | None = None
+        self.prefills: list[dict[str, Any]] = []
+        self.queues: list[str] = []
+
+    # -- stack --
+
+    def _alive(self) -> None:
+        if self.daemons is not None:
+            self.daemons.check_alive()
+
+    def meter(self) -> PartMeter:
+        return PartMeter(self.daemons, self.jvm_pid)
+
+    def settle(self, timeout_s: float = 300.0) -> float:
+        """Wait until mq-reaper has unlinked every deleted message (own stack only); return the wait."""
+        t0 = time.monotonic()
+        if self.remove_dir is None:
+            return 0.0
+        while time.monotonic() - t0 < timeout_s:
+            try:
+                left = sum(1 for _ in os.scandir(self.remove_dir))
+            except FileNotFoundError:
+                left = 0
+            if left == 0:
+                break
+            time.sleep(0.2)
+        time.sleep(self.args.pause)
+        return round(time.monotonic() - t0, 1)
+
+    def wait_quiet(self) -> dict[str, Any]:
+        """Wait until the machine is idle (other helpers' loads would distort the figures).
+
+        Idle = at most ``--quiet-busy-pct`` of all cores busy over a 3 s window while
+        this bench does nothing; gives up after ``--quiet-timeout`` seconds and says so.
+        """
+        t0 = time.monotonic()
+        busy = 100.0
+        while True:
+            m0 = _machine_ticks()
+            time.sleep(3.0)
+            d = [b - a for a, b in zip(m0, _machine_ticks(), strict=True)]
+            busy = 100 * (sum(d) - d[3] - d[4]) / (sum(d) or 1)
+            waited = time.monotonic() - t0
+            if busy <= self.args.quiet_busy_pct or waited >= self.args.quiet_timeout:
+                break
+            if int(waited) % 60 < 3:
+                log(f"  waiting for a quiet machine: {busy:.0f} % busy ({waited:.0f} s so far)")
+        quiet = busy <= self.args.quiet_busy_pct
+        if not quiet:
+            log(f"  warning: the machine is still {busy:.0f} % busy; measuring anyway")
+        return {"quiet": quiet, "busy_pct_before": round(busy, 1), "waited_s": round(time.monotonic() - t0, 1)}
+
+    def before_part(self) -> dict[str, Any]:
+        """Settle (reaper done) and wait for a quiet machine before a measured part."""
+        wait = self.settle()
+        return {"settle_wait_s": wait, **self.wait_quiet()}
+
+    def queue(self, name: str) -> str:
+        """Create a queue (named per run when the server is not ours) and return its name."""
+        full = name if self.daemons is not None else f"{name}-{os.getpid()}"
+        self.client.create_queue(full)
+        self.queues.append(full)
+        return full
+
+    def prefill(self, queue: str, count: int, *, what: str) -> dict[str, Any]:
+        """Send ``count`` bodies with ``--prefill-threads`` threads of ``send_batch``; messages/s."""
+        threads, size = self.args.prefill_threads, self.args.body_bytes
+        self.settle()
+        log(f"prefill {what}: {count:,} messages of {size} bytes, {threads} thread(s) of send_batch")
+        shares = [range(k, count, threads) for k in range(threads)]
+
+        def send(k: int) -> int:
+            failed = 0
+            with Client(self.url, timeout_seconds=60) as c:
+                share = shares[k]
+                for start in range(0, len(share), 1000):
+                    bodies = [_body(i, size) for i in share[start : start + 1000]]
+                    failed += sum(not isinstance(r, str) for r in c.send_batch(queue, bodies, batch_size=PREFILL_BATCH))
+            return failed
+
+        meter = self.meter()
+        t0 = time.monotonic()
+        failed = sum(_run_threads(threads, send))
+        seconds = time.monotonic() - t0
+        cpu = meter.stop(count)
+        if failed:
+            raise RuntimeError(f"prefill of {queue}: {failed} entries failed")
+        ready = self.client.queue_stats(queue)["ready"]
+        res = {
+            "queue": queue,
+            "messages": count,
+            "threads": threads,
+            "batch_size": PREFILL_BATCH,
+            "seconds": round(seconds, 2),
+            "msgs_per_s": round(count / seconds, 1),
+            "ready_after": ready,
+            "cpu": cpu,
+        }
+        log(f"  {res['msgs_per_s']:,} msgs/s ({seconds:.1f} s); ready {ready:,}")
+        self.prefills.append(res)
+        self._alive()
+        return res
+
+    # -- HTTP baseline --
+
+    def http(self) -> dict[str, Any]:
+        """Receive+delete loops through :class:`Client`, for each thread count, each on its own full queue."""
+        out: dict[str, Any] = {}
+        n = self.args.messages
+        for threads in self.args.http_threads:
+            queue = self.queue(f"spark-bench-http-{threads}")
+            self.prefill(queue, n, what=f"http, {threads} thread(s)")
+            before = self.before_part()
+            log(f"http receive+delete: {threads} thread(s) until {queue} is empty")
+
+            def drain(k: int, queue: str = queue) -> dict[str, Any]:
+                deleted = failed = receives = empty = 0
+                t_recv: list[float] = []
+                t_del: list[float] = []
+                with Client(self.url, timeout_seconds=60) as c:
+                    while True:
+                        t0 = time.monotonic()
+                        msgs = c.receive(queue, max_messages=10, wait_time_seconds=0)
+                        t1 = time.monotonic()
+                        receives += 1
+                        t_recv.append(t1 - t0)
+                        if not msgs:
+                            empty += 1
+                            break
+                        results = c.delete_batch(queue, [m.receipt_handle for m in msgs])
+                        t_del.append(time.monotonic() - t1)
+                        ok = sum(r is None for r in results)
+                        deleted += ok
+                        failed += len(results) - ok
+                return {"deleted": deleted, "failed": failed, "receives": receives, "t_recv": t_recv, "t_del": t_del}
+
+            meter = self.meter()
+            t0 = time.monotonic()
+            per_thread = _run_threads(threads, drain)
+            seconds = time.monotonic() - t0
+            deleted = sum(r["deleted"] for r in per_thread)
+            cpu = meter.stop(deleted)
+            self._alive()
+            stats = self.client.queue_stats(queue)
+            t_recv = [t for r in per_thread for t in r["t_recv"]]
+            t_del = [t for r in per_thread for t in r["t_del"]]
+            out[f"threads_{threads}"] = {
+                "threads": threads,
+                "queue": queue,
+                "messages_deleted": deleted,
+                "delete_failures": sum(r["failed"] for r in per_thread),
+                "receives": sum(r["receives"] for r in per_thread),
+                "seconds": round(seconds, 2),
+                "msgs_per_s": round(deleted / seconds, 1),
+                "receive_ms": {"p50": _pct(t_recv, 0.5), "p99": _pct(t_recv, 0.99)},
+                "delete_batch_ms": {"p50": _pct(t_del, 0.5), "p99": _pct(t_del, 0.99)},
+                "queue_after": {k: stats.get(k) for k in ("ready", "in_flight", "delayed")},
+                "before": before,
+                "cpu": cpu,
+            }
+            log(f"  {out[f'threads_{threads}']['msgs_per_s']:,} msgs/s ({deleted:,} in {seconds:.1f} s)")
+        return out
+
+    # -- Spark --
+
+    def start_spark(self) -> dict[str, Any]:
+        """Start the local[2] session (fast, quiet settings), register ``mq``, warm up; time each."""
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        log("starting the Spark session (local[2])")
+        t0 = time.monotonic()
+        from pyspark.sql import SparkSession
+
+        from mqcore.spark import register
+
+        builder = (
+            SparkSession.builder.master("local[2]")
+            .appName("mq-bench-spark")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.driver.memory", self.args.driver_memory)
+        )
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        session_s = time.monotonic() - t0
+        self.spark = spark
+        with contextlib.suppress(AttributeError):
+            self.jvm_pid = spark.sparkContext._gateway.proc.pid
+        res: dict[str, Any] = {"session_start_s": round(session_s, 2), "warmup_s": 0.0}
+        log(f"  session up in {session_s:.1f} s")
+        if not self.args.no_warmup:
+            t1 = time.monotonic()
+            queue = self.queue("spark-bench-warmup")
+            with Client(self.url) as c:
+                c.send_batch(queue, [_body(i, self.args.body_bytes) for i in range(WARMUP_MESSAGES)])
+            self._stream_read(queue, self.work / "ck-warmup", max_batch=WARMUP_MESSAGES // 2)
+            df = self._rows(WARMUP_MESSAGES)
+            self._writer(df.write, queue).mode("append").save()
+            res["warmup_s"] = round(time.monotonic() - t1, 2)
+            log(f"  warm-up (a {WARMUP_MESSAGES}-message streaming read and write) in {res['warmup_s']:.1f} s")
+        res["startup_total_s"] = round(res["session_start_s"] + res["warmup_s"], 2)
+        return res
+
+    def _rows(self, n: int) -> Any:
+        """A DataFrame of ``n`` rows with a ``body`` string column of ``--body-bytes`` characters."""
+        size = self.args.body_bytes
+        return self.spark.range(0, n, numPartitions=self.args.partitions).selectExpr(
+            f"substring(concat(lpad(cast(id AS string), 12, '0'), repeat('x', {max(0, size - 12)})), 1, {size}) AS body"
+        )
+
+    def _writer(self, w: Any, queue: str) -> Any:
+        return w.format("mq").option("url", self.url).option("queue", queue).option("batchSize", self.args.batch_size)
+
+    def _stream_read(
+        self, queue: str, checkpoint: Path, *, max_batch: int, sample: bool = False
+    ) -> tuple[float, list[dict[str, Any]], dict[str, Any]]:
+        """Run ``mq`` -> noop with availableNow to the end.
+
+        Returns:
+            Seconds from ``load()`` to the end of ``awaitTermination()``, the query's progress
+            reports (JSON), and where the time went: before the first trigger, after the last,
+            and with ``sample``, the queue's ready / in-flight counts every 0.25 s.
+        """
+        stop = threading.Event()
+        samples: list[list[float]] = []
+        t0 = time.monotonic()
+        wall0 = time.time()
+
+        def sampler() -> None:
+            with Client(self.url, timeout_seconds=60) as c:
+                while not stop.is_set():
+                    stats = c.queue_stats(queue)
+                    samples.append([round(time.monotonic() - t0, 2), stats["ready"], stats["in_flight"]])
+                    stop.wait(0.25)
+
+        thread = threading.Thread(target=sampler, name="bench-sampler", daemon=True) if sample else None
+        if thread is not None:
+            thread.start()
+        try:
+            df = (
+                self.spark.readStream.format("mq")
+                .option("url", self.url)
+                .option("queue", queue)
+                .option("maxMessagesPerBatch", max_batch)
+                .option("numPartitions", self.args.partitions)
+                .load()
+            )
+            query = (
+                df.writeStream.format("noop")
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start()
+            )
+            started = time.monotonic() - t0
+            query.awaitTermination()
+            seconds = time.monotonic() - t0
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join()
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming read of {queue} failed: {query.exception()}")
+        progress = [json.loads(p.json) for p in query.recentProgress]
+        timing: dict[str, Any] = {"start_returned_s": round(started, 2)}
+        if progress:
+
+            def at(p: dict[str, Any]) -> float:
+                ts = datetime.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+                return ts - wall0
+
+            first, last = progress[0], progress[-1]
+            timing["first_trigger_at_s"] = round(at(first), 2)
+            timing["last_trigger_end_at_s"] = round(at(last) + last["durationMs"].get("triggerExecution", 0) / 1000, 2)
+            timing["after_last_trigger_s"] = round(seconds - timing["last_trigger_end_at_s"], 2)
+        if samples:
+            timing["queue_samples"] = samples
+            n = samples[0][1] + samples[0][2]
+            timing["first_lease_seen_at_s"] = next((t for t, r, _ in samples if r < n), None)
+            timing["all_leased_at_s"] = next((t for t, r, _ in samples if r == 0), None)
+            timing["all_acked_at_s"] = next((t for t, r, f in samples if r == 0 and f == 0), None)
+        return seconds, progress, timing
+
+    @staticmethod
+    def _progress_summary(progress: list[dict[str, Any]]) -> dict[str, Any]:
+        """Rows, batches and where the batches' time went (Spark's durationMs, summed over the batches)."""
+        batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+        durations: dict[str, int] = {}
+        for p in progress:
+            for k, v in p.get("durationMs", {}).items():
+                durations[k] = durations.get(k, 0) + int(v)
+        return {
+            "rows": sum(int(p.get("numInputRows", 0)) for p in progress),
+            "batches_with_rows": len(batches),
+            "triggers": len(progress),
+            "rows_per_batch": [int(p["numInputRows"]) for p in batches],
+            "duration_ms_sum": durations,
+            "per_batch_ms": [
+                {k: p["durationMs"].get(k) for k in ("latestOffset", "queryPlanning", "addBatch", "triggerExecution")}
+                for p in batches
+            ],
+        }
+
+    def source(self, startup: dict[str, Any]) -> dict[str, Any]:
+        """Messages/s out of Spark: availableNow streaming read of a full queue into noop."""
+        n = self.args.messages
+        queue = self.queue("spark-bench-source")
+        self.prefill(queue, n, what="source")
+        before = self.before_part()
+        max_batch = self.args.max_messages_per_batch
+        log(f"source: availableNow read of {n:,} messages, maxMessagesPerBatch {max_batch}")
+        checkpoint = self.work / "ck-source"
+        meter = self.meter()
+        profiler = (
+            Profiler(Path(self.args.profile), self.jvm_pid, "source") if self.args.profile and self.jvm_pid else None
+        )
+        try:
+            seconds, progress, timing = self._stream_read(queue, checkpoint, max_batch=max_batch, sample=True)
+        finally:
+            profiles = profiler.stop() if profiler is not None else []
+        cpu = meter.stop(n)
+        self._alive()
+        summary = self._progress_summary(progress)
+        left = self.client.queue_stats(queue)
+        log(
+            f"  {summary['rows']:,} rows in {seconds:.1f} s; "
+            f"left ready {left['ready']:,}, in flight {left['in_flight']:,}"
+        )
+        ack_s, ack_rows, after = 0.0, 0, left
+        if left["in_flight"]:
+            # Spark acknowledges the last batch only in the next run: run once more to finish.
+            ack_s, ack_progress, _ = self._stream_read(queue, checkpoint, max_batch=max_batch)
+            ack_rows = sum(int(p.get("numInputRows", 0)) for p in ack_progress)
+            after = self.client.queue_stats(queue)
+        rows = summary["rows"]
+        res = {
+            "queue": queue,
+            "messages": n,
+            "max_messages_per_batch": max_batch,
+            "num_partitions": self.args.partitions,
+            "query_s": round(seconds, 2),
+            "msgs_per_s": round(rows / seconds, 1),
+            "msgs_per_s_incl_session_startup": round(rows / (seconds + startup["startup_total_s"]), 1),
+            "final_ack_run_s": round(ack_s, 2),
+            "msgs_per_s_incl_final_ack": round(rows / (seconds + ack_s), 1),
+            "final_ack_run_rows": ack_rows,
+            "queue_after_query": {k: left.get(k) for k in ("ready", "in_flight", "delayed")},
+            "queue_after_final_ack_run": {k: after.get(k) for k in ("ready", "in_flight", "delayed")},
+            "progress": summary,
+            "timing": timing,
+            "profiles": profiles,
+            "before": before,
+            "cpu": cpu,
+        }
+        log(
+            f"  {res['msgs_per_s']:,} msgs/s (incl. session start-up {res['msgs_per_s_incl_session_startup']:,}); "
+            f"final ack run {ack_s:.1f} s; then ready {after['ready']}, in flight {after['in_flight']}"
+        )
+        if rows < n:
+            raise RuntimeError(f"the source delivered {rows} rows of {n}")
+        return res
+
+    def sink(self) -> dict[str, Any]:
+        """Messages/s into the sink: batch write of N rows with ``df.write.format("mq").mode("append")``."""
+        n = self.args.messages
+        queue = self.queue("spark-bench-sink")
+        before = self.before_part()
+        df = self._rows(n)
+        log(f"sink: batch write of {n:,} rows, {self.args.partitions} partitions, batchSize {self.args.batch_size}")
+        meter = self.meter()
+        t0 = time.monotonic()
+        self._writer(df.write, queue).mode("append").save()
+        seconds = time.monotonic() - t0
+        cpu = meter.stop(n)
+        self._alive()
+        ready = self.client.queue_stats(queue)["ready"]
+        res = {
+            "queue": queue,
+            "messages": n,
+            "num_partitions": self.args.partitions,
+            "batch_size": self.args.batch_size,
+            "seconds": round(seconds, 2),
+            "msgs_per_s": round(n / seconds, 1),
+            "ready_after": ready,
+            "before": before,
+            "cpu": cpu,
+        }
+        log(f"  {res['msgs_per_s']:,} msgs/s ({seconds:.1f} s); ready {ready:,}")
+        if ready < n:
+            raise RuntimeError(f"the sink wrote {ready} messages of {n}")
+        return res
+
+    def stream_sink(self) -> dict[str, Any]:
+        """Messages/s of a streaming write: N rows from Parquet (availableNow) into ``writeStream.format("mq")``."""
+        n = self.args.messages
+        queue = self.queue("spark-bench-stream-sink")
+        src = self.work / "stream-sink-input"
+        self._rows(n).write.mode("overwrite").parquet(str(src))
+        before = self.before_part()
+        log(f"stream_sink: availableNow write of {n:,} rows from Parquet")
+        meter = self.meter()
+        t0 = time.monotonic()
+        df = self.spark.readStream.schema("body STRING").parquet(str(src))
+        query = (
+            self._writer(df.writeStream, queue)
+            .option("checkpointLocation", str(self.work / "ck-stream-sink"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        seconds = time.monotonic() - t0
+        cpu = meter.stop(n)
+        self._alive()
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming write failed: {query.exception()}")
+        ready = self.client.queue_stats(queue)["ready"]
+        res = {
+            "queue": queue,
+            "messages": n,
+            "query_s": round(seconds, 2),
+            "msgs_per_s": round(n / seconds, 1),
+            "batches": len([p for p in query.recentProgress if p.numInputRows > 0]),
+            "ready_after": ready,
+            "before": before,
+            "cpu": cpu,
+        }
+        log(f"  {res['msgs_per_s']:,} msgs/s ({seconds:.1f} s); ready {ready:,}")
+        if ready < n:
+            raise RuntimeError(f"the streaming sink wrote {ready} messages of {n}")
+        return res
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.stop()
+        self.client.close()
+
+
+def _versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    with contextlib.suppress(ImportError):
+        import pyspark
+
+        out["pyspark"] = pyspark.__version__
+    with contextlib.suppress(ImportError):
+        import pyarrow
+
+        out["pyarrow"] = pyarrow.__version__
+    with contextlib.suppress(OSError, subprocess.SubprocessError, IndexError):
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        out["java"] = (java.stderr or java.stdout).splitlines()[0].strip()
+    return out
+
+
+def _summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures and the bar."""
+    http = {k: v["msgs_per_s"] for k, v in result.get("http", {}).items()}
+    best_key = max(http, key=lambda k: http[k]) if http else None
+    best = http[best_key] if best_key else 0.0
+    src = result.get("source", {})
+    rate = src.get("msgs_per_s", 0.0)
+    value = _ratio(rate, best)
+    prefill_rates = [p["msgs_per_s"] for p in result.get("prefills", [])]
+    out: dict[str, Any] = {
+        "http_receive_delete_msgs_per_s": http,
+        "source_msgs_per_s": rate,
+        "source_msgs_per_s_incl_session_startup": src.get("msgs_per_s_incl_session_startup"),
+        "source_msgs_per_s_incl_final_ack": src.get("msgs_per_s_incl_final_ack"),
+        "sink_batch_write_msgs_per_s": result.get("sink", {}).get("msgs_per_s"),
+        "sink_streaming_write_msgs_per_s": result.get("stream_sink", {}).get("msgs_per_s"),
+        "http_send_batch_prefill_msgs_per_s": {
+            "min": min(prefill_rates, default=None),
+            "max": max(prefill_rates, default=None),
+        },
+        "source_over_http": {k: _ratio(rate, v) for k, v in http.items()},
+        "source_incl_session_startup_over_http_best": _ratio(src.get("msgs_per_s_incl_session_startup") or 0.0, best),
+        "source_incl_final_ack_over_http_best": _ratio(src.get("msgs_per_s_incl_final_ack") or 0.0, best),
+    }
+    out["bar_source_over_http_receive_delete"] = {
+        "value": value,
+        "source_msgs_per_s": rate,
+        "http_msgs_per_s": best,
+        "http_threads": best_key,
+        "bar": BAR_SOURCE_OVER_HTTP,
+        "met": value is not None and value >= BAR_SOURCE_OVER_HTTP,
+    }
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--messages",
+        "-n",
+        type=int,
+        default=None,
+        help=f"messages per part (default {MESSAGES:,}; quick {QUICK_MESSAGES:,})",
+    )
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_MESSAGES:,} messages per part")
+    p.add_argument("--body-bytes", type=int, default=1024, help="bytes per message body (default 1024)")
+    p.add_argument(
+        "--max-messages-per-batch", type=int, default=10_000, help="source option maxMessagesPerBatch (default 10000)"
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=2,
+        help="source numPartitions and partitions of the written DataFrame (default 2)",
+    )
+    p.add_argument("--batch-size", type=int, default=10, help="sink option batchSize (default 10)")
+    p.add_argument("--http-threads", default="1,4", help="thread counts of the HTTP receive+delete loops (default 1,4)")
+    p.add_argument("--prefill-threads", type=int, default=4, help="threads of send_batch for the prefills (default 4)")
+    p.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated parts, run in this order (default {','.join(PARTS)})"
+    )
+    p.add_argument("--pause", type=float, default=2.0, help="seconds of quiet before each measured part (default 2)")
+    p.add_argument(
+        "--quiet-busy-pct",
+        type=float,
+        default=15.0,
+        help="before each part, wait until at most this %% of all cores is busy (default 15)",
+    )
+    p.add_argument(
+        "--quiet-timeout", type=float, default=900.0, help="give up waiting for quiet after this (default 900 s)"
+    )
+    p.add_argument("--no-warmup", action="store_true", help="no warm-up query after the session starts")
+    p.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
+    p.add_argument("--url", help="measure this running mq instead of starting one (queues get a per-run name)")
+    p.add_argument(
+        "--root", default=str(REPO_DIR / "var" / "bench-root-spark"), help="bench root (default ./var/bench-root-spark)"
+    )
+    p.add_argument("--workers", type=int, default=None, help="mq --workers (default: mq's own default)")
+    p.add_argument("--mq-arg", action="append", default=[], help="extra argument for mq (repeatable)")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="py-spy the Spark Python processes during the source part into DIR (slows it: figures not comparable)",
+    )
+    p.add_argument("--keep-root", action="store_true", help="leave the bench root in place afterwards")
+    p.add_argument("--output", help="also write the JSON here (default bench/results/spark-<time>.json)")
+    args = p.parse_args(argv)
+    if args.messages is None:
+        args.messages = QUICK_MESSAGES if args.quick else MESSAGES
+    args.http_threads = [int(x) for x in args.http_threads.split(",") if x]
+    args.parts = [x for x in args.parts.split(",") if x]
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        p.error(f"unknown --parts {sorted(unknown)}; choose among {','.join(PARTS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the parts; print the JSON; exit 0 (1 if a part failed)."""
+    args = parse_args(argv)
+    started = datetime.datetime.now(datetime.UTC)
+    root = Path(args.root).resolve()
+    own_server = args.url is None
+    _lock_root(root)
+    if own_server:
+        _prepare_root(root)
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+    log_dir = REPO_DIR / "var" / "bench-logs" / f"spark-{started:%Y%m%dT%H%M%SZ}"
+    machine = machine_info(root, None)
+    machine.pop("wrk", None)
+    machine.update(_versions())
+    result: dict[str, Any] = {
+        "benchmark": "mq issue 5: Spark data source",
+        "started_at": started.isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
+        "machine": machine,
+        "loadavg_at_start": _loadavg(),
+        "config": {
+            "parts": args.parts,
+            "messages": args.messages,
+            "body_bytes": args.body_bytes,
+            "max_messages_per_batch": args.max_messages_per_batch,
+            "partitions": args.partitions,
+            "sink_batch_size": args.batch_size,
+            "http_threads": args.http_threads,
+            "prefill_threads": args.prefill_threads,
+            "spark": "local[2], ui off, shuffle partitions 2, log level ERROR, driver memory " + args.driver_memory,
+            "warmup": not args.no_warmup,
+            "profiled_with_py_spy": bool(args.profile),
+            "server": "own (mq + mq-mover + mq-reaper started by the bench)" if own_server else args.url,
+            "mq_workers": args.workers if args.workers is not None else "mq default",
+            "mq_extra_args": args.mq_arg,
+            "root": str(root),
+        },
+    }
+    daemons: Daemons | None = None
+    bench: SparkBench | None = None
+    failed = None
+    work = Path(tempfile.mkdtemp(prefix="spark-", dir=root))
+    try:
+        if own_server:
+            daemons = Daemons(root / "mq", log_dir, args.workers, args.mq_arg)
+            url = daemons.start()
+        else:
+            url = args.url
+        result["config"]["url"] = url
+        bench = SparkBench(args, url, daemons, work)
+        spark_parts = {"source", "sink", "stream_sink"} & set(args.parts)
+        startup: dict[str, Any] = {"startup_total_s": 0.0}
+        if spark_parts:
+            startup = bench.start_spark()
+            result["spark_startup"] = startup
+        for part in args.parts:
+            if part == "http":
+                result["http"] = bench.http()
+            elif part == "source":
+                result["source"] = bench.source(startup)
+            elif part == "sink":
+                result["sink"] = bench.sink()
+            elif part == "stream_sink":
+                result["stream_sink"] = bench.stream_sink()
+    except (RuntimeError, OSError) as exc:
+        failed = f"{type(exc).__name__}: {exc}"
+        log(f"FAILED: {failed}")
+        result["error"] = failed
+    finally:
+        if bench is not None:
+            result["prefills"] = bench.prefills
+            if not own_server:
+                for q in bench.queues:
+                    with contextlib.suppress(Exception):
+                        bench.client.delete_queue(q)
+            bench.close()
+        if daemons is not None:
+            log("stopping the daemons")
+            result["daemon_exit_codes"] = daemons.stop()
+            result["logs"] = str(log_dir)
+        shutil.rmtree(work, ignore_errors=True)
+    result["summary"] = _summary(result)
+    result["loadavg_at_end"] = _loadavg()
+    result["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    text = json.dumps(result, indent=2)
+    out_path = Path(args.output) if args.output else BENCH_DIR / "results" / f"spark-{started:%Y%m%dT%H%M%SZ}.json"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(text + "\n")
+    log(f"results saved to {out_path}")
+    if own_server and not args.keep_root and failed is None:
+        log(f"removing {root}")
+        shutil.rmtree(root, ignore_errors=True)
+    print(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
