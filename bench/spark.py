@@ -98,47 +98,69 @@ WARMUP_MESSAGES = 200
 # -- CPU of a process tree (the Spark JVM and its Python workers) ------------------------
 
 
-def _tree_cpu_s(root_pid: int) -> float:
-    """User + system CPU seconds of ``root_pid`` and every live descendant, plus their reaped children."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
+def _processes() -> dict[int, tuple[int, float, str]]:
+    """Every process now: pid -> (parent pid, user + system CPU seconds incl. reaped children, name)."""
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[int, float, str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            head, _, tail = Path(f"/proc/{entry}/stat").read_text().rpartition(")")
+            fields = tail.split()
+            out[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) * tick, head.partition("(")[2])
+        except (OSError, IndexError, ValueError):
             continue
-        pid = int(entry)
-        parents[pid] = int(fields[1])
-        cpu[pid] = sum(int(x) for x in fields[11:15]) * tick  # utime stime cutime cstime
-    total = 0.0
-    for pid in cpu:
+    return out
+
+
+def _tree(procs: dict[int, tuple[int, float, str]], root_pid: int) -> set[int]:
+    """``root_pid`` and its live descendants."""
+    out = set()
+    for pid in procs:
         p = pid
         while p > 1:
             if p == root_pid:
-                total += cpu[pid]
+                out.add(pid)
                 break
-            p = parents.get(p, 0)
-    return total
+            p = procs[p][0] if p in procs else 0
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+    return ""
 
 
 class PartMeter:
-    """:class:`~bench.run.CpuMeter` plus the Spark JVM's process tree (JVM + Python workers)."""
+    """:class:`~bench.run.CpuMeter` plus the Spark JVM's process tree (JVM + Python workers), and the
+    processes outside the benchmark that used the most CPU (other developers' loads, kernel threads)."""
 
     def __init__(self, daemons: Daemons | None, jvm_pid: int | None) -> None:
         self.jvm_pid = jvm_pid
-        self.jvm0 = _tree_cpu_s(jvm_pid) if jvm_pid else 0.0
+        self.ours = {os.getpid(), *(daemons.pids().values() if daemons is not None else ())}
+        self.p0 = _processes()
         self.meter = CpuMeter(daemons.pids() if daemons is not None else {})
 
-    def stop(self, messages: int) -> dict[str, float]:
+    def stop(self, messages: int) -> dict[str, Any]:
         """CPU figures since construction; ``spark_cpu_pct`` is of one core, like the others."""
-        out = self.meter.stop()
+        out: dict[str, Any] = self.meter.stop()
+        p1 = _processes()
+        wall = out["wall_s"] or 1.0
+        spark = _tree(p1, self.jvm_pid) if self.jvm_pid else set()
+        delta = {pid: p1[pid][1] - self.p0[pid][1] if pid in self.p0 else p1[pid][1] for pid in p1}
         if self.jvm_pid:
-            spark = _tree_cpu_s(self.jvm_pid) - self.jvm0
-            out["spark_cpu_pct"] = round(100 * spark / out["wall_s"], 1)
+            out["spark_cpu_pct"] = round(100 * sum(delta[pid] for pid in spark) / wall, 1)
             out["other_cpu_pct"] = round(max(0.0, out["other_cpu_pct"] - out["spark_cpu_pct"]), 1)
+        foreign = sorted(
+            (pid for pid in p1 if pid not in spark and pid not in self.ours and delta[pid] > 0.05 * wall),
+            key=lambda pid: -delta[pid],
+        )
+        out["top_other_processes"] = [
+            {"pid": pid, "name": p1[pid][2], "cpu_pct": round(100 * delta[pid] / wall, 1), "cmd": _cmdline(pid)}
+            for pid in foreign[:5]
+        ]
         if "mq_cpu_pct" in out and messages:
             out["mq_cpu_ms_per_message"] = round(out["mq_cpu_pct"] / 100 * out["wall_s"] * 1000 / messages, 3)
         return out
