@@ -98,8 +98,13 @@ WARMUP_MESSAGES = 200
 # -- CPU of a process tree (the Spark JVM and its Python workers) ------------------------
 
 
-def _processes() -> dict[int, tuple[int, float, str]]:
-    """Every process now: pid -> (parent pid, user + system CPU seconds incl. reaped children, name)."""
+def _processes(*, children: bool) -> dict[int, tuple[int, float, str]]:
+    """Every process now: pid -> (parent pid, user + system CPU seconds, name).
+
+    With ``children``, the CPU includes the process's reaped children (right for the Spark
+    tree, whose pyspark.daemon forks and reaps workers; wrong for init, which reaps every
+    orphan on the machine).
+    """
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     out: dict[int, tuple[int, float, str]] = {}
     for entry in os.listdir("/proc"):
@@ -108,7 +113,8 @@ def _processes() -> dict[int, tuple[int, float, str]]:
         try:
             head, _, tail = Path(f"/proc/{entry}/stat").read_text().rpartition(")")
             fields = tail.split()
-            out[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) * tick, head.partition("(")[2])
+            cpu = sum(int(x) for x in fields[11 : 15 if children else 13]) * tick
+            out[int(entry)] = (int(fields[1]), cpu, head.partition("(")[2])
         except (OSError, IndexError, ValueError):
             continue
     return out
@@ -140,25 +146,26 @@ class PartMeter:
     def __init__(self, daemons: Daemons | None, jvm_pid: int | None) -> None:
         self.jvm_pid = jvm_pid
         self.ours = {os.getpid(), *(daemons.pids().values() if daemons is not None else ())}
-        self.p0 = _processes()
+        self.p0, self.own0 = _processes(children=True), _processes(children=False)
         self.meter = CpuMeter(daemons.pids() if daemons is not None else {})
 
     def stop(self, messages: int) -> dict[str, Any]:
         """CPU figures since construction; ``spark_cpu_pct`` is of one core, like the others."""
         out: dict[str, Any] = self.meter.stop()
-        p1 = _processes()
+        p1, own1 = _processes(children=True), _processes(children=False)
         wall = out["wall_s"] or 1.0
         spark = _tree(p1, self.jvm_pid) if self.jvm_pid else set()
-        delta = {pid: p1[pid][1] - self.p0[pid][1] if pid in self.p0 else p1[pid][1] for pid in p1}
+        with_children = {pid: p1[pid][1] - self.p0[pid][1] if pid in self.p0 else p1[pid][1] for pid in p1}
+        delta = {pid: own1[pid][1] - self.own0[pid][1] if pid in self.own0 else own1[pid][1] for pid in own1}
         if self.jvm_pid:
-            out["spark_cpu_pct"] = round(100 * sum(delta[pid] for pid in spark) / wall, 1)
+            out["spark_cpu_pct"] = round(100 * sum(with_children[pid] for pid in spark) / wall, 1)
             out["other_cpu_pct"] = round(max(0.0, out["other_cpu_pct"] - out["spark_cpu_pct"]), 1)
         foreign = sorted(
-            (pid for pid in p1 if pid not in spark and pid not in self.ours and delta[pid] > 0.05 * wall),
+            (pid for pid in own1 if pid not in spark and pid not in self.ours and delta[pid] > 0.05 * wall),
             key=lambda pid: -delta[pid],
         )
         out["top_other_processes"] = [
-            {"pid": pid, "name": p1[pid][2], "cpu_pct": round(100 * delta[pid] / wall, 1), "cmd": _cmdline(pid)}
+            {"pid": pid, "name": own1[pid][2], "cpu_pct": round(100 * delta[pid] / wall, 1), "cmd": _cmdline(pid)}
             for pid in foreign[:5]
         ]
         if "mq_cpu_pct" in out and messages:
