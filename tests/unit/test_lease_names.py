@@ -21,6 +21,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mqcore.errors import StaleReceiptHandle
 from mqcore.names import (
@@ -71,6 +73,23 @@ def test_lease_tokens_are_unique_short_hex_and_parse_back() -> None:
     assert parse_receipt_handle(name).token == tokens[0]
     for bad in ("", "0" * 16, "A" * 20, "g" * 20, "1" * 33):
         assert parse_in_flight_name(f"{FROZEN_MS}.jobs.{mid}.3.{bad}") is None, bad
+
+
+@settings(max_examples=50)
+@given(
+    st.integers(min_value=0, max_value=10**13 - 1),
+    st.text(alphabet="abcXYZ019_-", min_size=1, max_size=80),
+    st.integers(min_value=0, max_value=999_999_999),
+    st.text(alphabet="0123456789abcdef", min_size=17, max_size=32),
+)
+def test_v2_names_round_trip_and_keep_their_key(dl: int, queue: str, rc: int, token: str) -> None:
+    mid = MessageId("01a2057d-70fe-7000-85ca-97d74bc01b55")
+    name = in_flight_name(dl, QueueName(queue), mid, rc, token)
+    item = parse_in_flight_name(name)
+    assert item == InFlightName(dl, QueueName(queue), mid, rc, token) and item.filename == name
+    assert item.lease_key == f"{queue}.{mid}.{rc}.{token}" == name[14:]
+    legacy = parse_in_flight_name(in_flight_name(dl, QueueName(queue), mid, rc))
+    assert legacy.is_legacy and legacy.lease_key != item.lease_key
 
 
 def _child_tokens(conn) -> None:  # runs in a forked child
