@@ -619,6 +619,7 @@ class Broker:
         content_type: str | None = None,
         attributes: dict[str, str] | None = None,
         delay_ms: int = 0,
+        attribute_types: dict[str, str] | None = None,
     ) -> MessageId:
         """Store a message durably (fsynced) and index it; return its id (SQS SendMessage).
 
@@ -628,6 +629,7 @@ class Broker:
             content_type: Stored Content-Type, or None.
             attributes: Checked user attributes, or None.
             delay_ms: Invisible for this long (0-900,000 ms); held in ``delay/`` meanwhile.
+            attribute_types: SQS DataType of attributes that are not plain ``String``, or None.
         Raises:
             QueueNotFound: No such queue.
             QueueFull: The queue stayed at capacity for capacity_wait_seconds (429; never for a delayed send).
@@ -641,7 +643,8 @@ class Broker:
                 raise self._queue_full(queue, state)
         try:
             message_id = await self._in(
-                self.savers, lambda: self.store.send(queue, body, content_type, attributes or None, delay_ms)
+                self.savers,
+                lambda: self.store.send(queue, body, content_type, attributes or None, delay_ms, attribute_types),
             )
             if delay_ms == 0:
                 self._note_ready(queue, ready_name(message_id, 0))

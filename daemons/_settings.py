@@ -50,6 +50,10 @@ class Settings:
     """Logging level name."""
     access_log: bool = False
     """Log one line per HTTP request on the ``mq.access`` logger (costs ~20% of send throughput)."""
+    sqs_account_id: str = "000000000000"
+    """Account id in the queue URLs and ARNs of the SQS protocol (12 digits; docs/sqs.md)."""
+    sqs_region: str = "us-east-1"
+    """Region in the ARNs of the SQS protocol (docs/sqs.md)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -70,6 +74,10 @@ class Settings:
                 key="max_batch_messages",
             )
         _runtime.positive("rescan-interval", self.rescan_interval_seconds)
+        if not (len(self.sqs_account_id) == 12 and self.sqs_account_id.isascii() and self.sqs_account_id.isdigit()):
+            raise ConfigError(f"sqs-account-id must be 12 digits, got {self.sqs_account_id!r}", key="sqs_account_id")
+        if not self.sqs_region or not all(c.isascii() and (c.isalnum() or c == "-") for c in self.sqs_region):
+            raise ConfigError(f"sqs-region must be letters, digits and '-', got {self.sqs_region!r}", key="sqs_region")
 
     @property
     def queue_defaults(self) -> QueueAttributes:

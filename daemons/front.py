@@ -65,6 +65,7 @@ from daemons._http import (
     visibility_batch,
 )
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
+from daemons._sqs import sqs_endpoint
 from mqcore.errors import ConfigError
 
 __all__ = ["Broker", "Settings", "cli", "main", "make_app", "make_runner", "serve"]
@@ -113,6 +114,8 @@ def make_app(broker: Broker) -> web.Application:
     router.add_post("/{queue}/redrive", start_redrive)
     router.add_get("/{queue}/redrive", get_redrive)
     router.add_delete("/{queue}/redrive", cancel_redrive)
+    router.add_post("/", sqs_endpoint)  # SQS's AWS JSON 1.0 protocol (docs/sqs.md); the native API has no POST /
+    router.add_post(r"/{account:[0-9]{12}}/{queue}", sqs_endpoint)  # SDKs that post to the queue URL
     return app
 
 
@@ -253,6 +256,22 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     show_default=True,
     help="Log one line per HTTP request (logger mq.access).",
 )
+@click.option(
+    "--sqs-account-id",
+    default="000000000000",
+    envvar="MQ_SQS_ACCOUNT_ID",
+    show_envvar=True,
+    show_default=True,
+    help="Account id in SQS queue URLs and ARNs (12 digits).",
+)
+@click.option(
+    "--sqs-region",
+    default="us-east-1",
+    envvar="MQ_SQS_REGION",
+    show_envvar=True,
+    show_default=True,
+    help="Region in SQS ARNs.",
+)
 @click.pass_context
 def cli(ctx: click.Context, **values: Any) -> int:
     """mq: the HTTP front end of the queue."""
@@ -270,6 +289,8 @@ def cli(ctx: click.Context, **values: Any) -> int:
         rescan_interval_seconds=values["rescan_interval"],
         log_level=values["log_level"],
         access_log=values["access_log"],
+        sqs_account_id=values["sqs_account_id"],
+        sqs_region=values["sqs_region"],
     )
     return _runtime.run(lambda: serve(settings))
 

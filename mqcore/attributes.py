@@ -74,6 +74,11 @@ _ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _SQS_TEXT_RE = re.compile("[\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
 
 
+def is_sqs_text(value: object) -> bool:
+    """True for a string of only the characters SQS allows in bodies and attribute values (#x9 #xA #xD ...)."""
+    return isinstance(value, str) and _SQS_TEXT_RE.fullmatch(value) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class QueueAttributes:
     """The effective attributes of a queue (every field has a value).

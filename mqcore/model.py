@@ -32,6 +32,7 @@ def encode(
     content_type: str | None = None,
     attributes: dict[str, str] | None = None,
     queue: str | None = None,
+    attribute_types: dict[str, str] | None = None,
 ) -> bytes:
     """Return the file content for ``body`` (bytes).
 
@@ -41,12 +42,18 @@ def encode(
         attributes: User message attributes (name -> string), if any.
         queue: The queue it is sent to; kept so a redrive out of a dead-letter
             queue can send it back to its source.
+        attribute_types: SQS DataType of the attributes that are not plain ``String``
+            (name -> ``Number``, ``Binary``, ``String.x``...; a Binary value is stored in
+            ``attributes`` as base64), if any: header key ``attribute_types``.
     """
     header: dict[str, Any] = {"body_bytes": len(body)}
     if content_type:
         header["content_type"] = content_type
     if attributes:
         header["attributes"] = attributes
+        types = {k: v for k, v in (attribute_types or {}).items() if k in attributes and v != "String"}
+        if types:
+            header["attribute_types"] = types
     if queue:
         header["queue"] = queue
     return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
@@ -87,6 +94,17 @@ def header_attributes(header: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in attrs.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def header_attribute_types(header: dict[str, Any]) -> dict[str, str]:
+    """SQS DataTypes of the user attributes that are not plain ``String`` ({} if absent or malformed).
+
+    Files written before typed attributes existed have none: every attribute is a ``String``.
+    """
+    types = header.get("attribute_types")
+    if not isinstance(types, dict):
+        return {}
+    return {k: v for k, v in types.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 @dataclass(frozen=True, slots=True)
 class ReceivedMessage:
     """A message handed to a consumer by a receive.
@@ -103,6 +121,7 @@ class ReceivedMessage:
         first_receive_ms: Approximate time of its first receive, epoch milliseconds
             (SQS: ApproximateFirstReceiveTimestamp).
         source_queue: The queue it was first sent to (differs from ``queue`` once dead-lettered), or None if unknown.
+        attribute_types: SQS DataType of each attribute that is not a plain ``String`` (name -> type).
     """
 
     queue: QueueName
@@ -115,6 +134,7 @@ class ReceivedMessage:
     attributes: dict[str, str] = field(default_factory=dict)
     first_receive_ms: int = 0
     source_queue: str | None = None
+    attribute_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def receipt_handle(self) -> str:

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mqcore import model
@@ -169,12 +169,14 @@ class SendEntry:
         content_type: Its Content-Type, or None.
         attributes: User message attributes (name -> string), already checked.
         delay_ms: Delay before it becomes visible, in ms (0 = ready at once).
+        attribute_types: SQS DataType of attributes that are not plain ``String`` (section 15.13), or None.
     """
 
     body: bytes
     content_type: str | None = None
     attributes: dict[str, str] | None = None
     delay_ms: int = 0
+    attribute_types: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,7 @@ class PeekedFile:
         content_type: As sent.
         attributes: User message attributes.
         source_queue: The queue it was first sent to (its header's ``queue``), or None.
+        attribute_types: SQS DataType of attributes that are not plain ``String``.
     """
 
     queue: QueueName
@@ -204,6 +207,7 @@ class PeekedFile:
     content_type: str
     attributes: dict[str, str]
     source_queue: str | None
+    attribute_types: dict[str, str] = field(default_factory=dict)
 
     @property
     def sent_ms(self) -> int:
@@ -463,6 +467,30 @@ class Store:
         self._replace_json(self.layout.queue_dir(queue), ".attributes", meta)
         return explicit
 
+    def read_sqs_meta(self, queue: QueueName) -> dict[str, Any]:
+        """The queue's ``.sqs`` file (section 15.13: tags and SQS-only attributes), ``{}`` if it has none.
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        data = self._read_json(os.path.join(self.layout.queue_dir(queue), ".sqs"))
+        if data is None:
+            if not self.queue_exists(queue):
+                raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+            return {}
+        return data
+
+    def replace_sqs_meta(self, queue: QueueName, meta: dict[str, Any]) -> None:
+        """Atomically replace the queue's ``.sqs`` file with ``meta`` (write, fsync, rename, fsync).
+
+        Raises:
+            QueueNotFound: No such queue.
+            StorageUnavailable: The change could not be made durable.
+        """
+        if not self.queue_exists(queue):
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        self._replace_json(self.layout.queue_dir(queue), ".sqs", meta)
+
     def list_queues(self, prefix: str = "") -> list[QueueName]:
         """Names of all queues starting with ``prefix``, sorted."""
         out = []
@@ -515,6 +543,7 @@ class Store:
         content_type: str | None = None,
         attributes: dict[str, str] | None = None,
         message_id: MessageId | None = None,
+        attribute_types: dict[str, str] | None = None,
     ) -> PendingMessage:
         """Send, step 1: write the message to ``new/Q.ID`` (O_EXCL) and fsync it.
 
@@ -527,6 +556,7 @@ class Store:
             message_id: An id taken from ``self.ids`` beforehand, so that a batch
                 written by parallel threads keeps its entries' order; None
                 takes the next id.
+            attribute_types: SQS DataType of attributes that are not plain ``String`` (section 15.13).
         Raises:
             QueueNotFound: The queue does not exist (nothing is written).
             StorageUnavailable: Create, write or fsync failed; the partial file
@@ -536,7 +566,7 @@ class Store:
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         message_id = message_id or self.ids.next_id()
         path = self.layout.new_path(queue, message_id)
-        self._write_file(path, model.encode(body, content_type, attributes, queue))
+        self._write_file(path, model.encode(body, content_type, attributes, queue, attribute_types))
         return PendingMessage(queue, message_id, path)
 
     def _write_file(self, path: str, data: bytes) -> None:
@@ -618,6 +648,7 @@ class Store:
         content_type: str | None = None,
         attributes: dict[str, str] | None = None,
         delay_ms: int = 0,
+        attribute_types: dict[str, str] | None = None,
     ) -> MessageId:
         """Write, fsync and publish one message; return its id once it is durable.
 
@@ -627,11 +658,12 @@ class Store:
             content_type: Its Content-Type, or None.
             attributes: User message attributes (name -> string), already checked.
             delay_ms: Invisible for this many ms after the send (SQS: DelaySeconds 0-900, here in ms).
+            attribute_types: SQS DataType of attributes that are not plain ``String`` (section 15.13).
         Raises:
             QueueNotFound: No such queue.
             StorageUnavailable: It could not be guaranteed stored.
         """
-        pending = self.write_new(queue, body, content_type, attributes)
+        pending = self.write_new(queue, body, content_type, attributes, attribute_types=attribute_types)
         self.publish(pending, delay_ms)
         return pending.message_id
 
@@ -682,7 +714,9 @@ class Store:
         written: list[tuple[int, PendingMessage, int]] = []
         for i, entry in enumerate(entries):
             try:
-                pending = self.write_new(queue, entry.body, entry.content_type, entry.attributes)
+                pending = self.write_new(
+                    queue, entry.body, entry.content_type, entry.attributes, attribute_types=entry.attribute_types
+                )
             except MQError as exc:
                 results.append(exc)
                 continue
@@ -836,6 +870,7 @@ class Store:
             deadline_ms=deadline,
             in_flight_name=leased,
             attributes=model.header_attributes(header),
+            attribute_types=model.header_attribute_types(header),
             first_receive_ms=first_receive_ms,
             source_queue=source if isinstance(source, str) else None,
         )
@@ -1058,6 +1093,7 @@ class Store:
             body=body,
             content_type=str(header.get("content_type") or model.DEFAULT_CONTENT_TYPE),
             attributes=model.header_attributes(header),
+            attribute_types=model.header_attribute_types(header),
             source_queue=source if isinstance(source, str) else None,
         )
 
