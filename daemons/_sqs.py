@@ -96,9 +96,7 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
             if name in UNSUPPORTED:
                 raise sqs.SqsError("UnsupportedOperation", f"{name} is not supported by mq.")
             raise sqs.SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")
-        raw = await request.content.read(MAX_REQUEST_BYTES + 1)
-        if len(raw) > MAX_REQUEST_BYTES:
-            raise sqs.SqsError("BatchRequestTooLong", f"The request is larger than {MAX_REQUEST_BYTES} bytes.")
+        raw = await _read_body(request)
         try:
             body = json.loads(raw) if raw.strip() else {}
         except (ValueError, RecursionError):
@@ -121,6 +119,18 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
     return web.Response(
         body=json.dumps(result).encode(), content_type=_CONTENT_TYPE, headers={"x-amzn-RequestId": request_id}
     )
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The whole request body, at most :data:`MAX_REQUEST_BYTES` (stops reading as soon as it is over)."""
+    if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+        raise sqs.SqsError("BatchRequestTooLong", f"The request is larger than {MAX_REQUEST_BYTES} bytes.")
+    chunks = bytearray()
+    while chunk := await request.content.readany():
+        chunks += chunk
+        if len(chunks) > MAX_REQUEST_BYTES:
+            raise sqs.SqsError("BatchRequestTooLong", f"The request is larger than {MAX_REQUEST_BYTES} bytes.")
+    return bytes(chunks)
 
 
 def _int(body: dict[str, Any], name: str, low: int, high: int) -> int | None:

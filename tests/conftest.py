@@ -446,6 +446,14 @@ def daemons() -> Iterator[Daemons]:
     started.stop_all()
 
 
+@pytest.fixture(scope="module")
+def module_daemons() -> Iterator[Daemons]:
+    """As :func:`daemons`, shared by the tests of one module (one stack for many tests: tests/sqs/)."""
+    started = Daemons()
+    yield started
+    started.stop_all()
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     """One aiohttp client session (30 s total timeout per request)."""
