@@ -447,3 +447,10 @@ def test_the_same_queue_from_boto3_and_the_native_api(sqs: Any, queue: str, stac
     assert got["MessageAttributes"] == {"origin": {"DataType": "String", "StringValue": "native"}}
     assert got["MD5OfMessageAttributes"] == md5_of_attributes(got["MessageAttributes"])
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=got["ReceiptHandle"])
+
+
+def test_boto3_finds_mq_through_aws_endpoint_url_sqs(stack: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SQS", stack.url)
+    client = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
+    url = client.create_queue(QueueName=f"env-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    assert url.startswith(stack.url + "/000000000000/")
