@@ -54,6 +54,8 @@ class Settings:
     """Account id in the queue URLs and ARNs of the SQS protocol (12 digits; docs/sqs.md)."""
     sqs_region: str = "us-east-1"
     """Region in the ARNs of the SQS protocol (docs/sqs.md)."""
+    sqs_credentials: str = ""
+    """JSON file of access key id -> secret key: SQS requests must carry a valid SigV4 signature ("" = any)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -78,6 +80,14 @@ class Settings:
             raise ConfigError(f"sqs-account-id must be 12 digits, got {self.sqs_account_id!r}", key="sqs_account_id")
         if not self.sqs_region or not all(c.isascii() and (c.isalnum() or c == "-") for c in self.sqs_region):
             raise ConfigError(f"sqs-region must be letters, digits and '-', got {self.sqs_region!r}", key="sqs_region")
+        if self.sqs_credentials:
+            try:
+                from daemons._sigv4 import load_credentials  # botocore is imported only when signatures are checked
+            except ImportError:
+                raise ConfigError(
+                    "sqs-credentials needs botocore: pip install 'mq[sqs]'", key="sqs_credentials"
+                ) from None
+            load_credentials(self.sqs_credentials)  # ConfigError (exit 78) at start for a bad file
 
     @property
     def queue_defaults(self) -> QueueAttributes:

@@ -14,6 +14,7 @@ bad request.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import logging
 import uuid
@@ -79,7 +80,8 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
 
     The action is named by ``X-Amz-Target: AmazonSQS.<Action>``; the body is the action's JSON
     request. Answers 200 with the action's JSON result, or SQS's error (status, ``__type``,
-    ``x-amzn-query-error``). Credentials and signatures are not checked (as ElasticMQ).
+    ``x-amzn-query-error``). Signatures are checked only with ``--sqs-credentials`` (otherwise any
+    credentials are accepted, as ElasticMQ).
     """
     request_id = str(uuid.uuid4())
     target = request.headers.get("X-Amz-Target", "")
@@ -97,6 +99,13 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
                 raise sqs.SqsError("UnsupportedOperation", f"{name} is not supported by mq.")
             raise sqs.SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")
         raw = await _read_body(request)
+        credentials_file = request.app[BROKER].settings.sqs_credentials
+        if credentials_file:
+            from daemons import _sigv4  # botocore, imported only when signatures are checked
+
+            url = f"{request.scheme}://{request.host}{request.raw_path}"
+            now = datetime.datetime.now(datetime.UTC)
+            _sigv4.verify(_sigv4.load_credentials(credentials_file), request.method, url, request.headers, raw, now)
         try:
             body = json.loads(raw) if raw.strip() else {}
         except (ValueError, RecursionError):

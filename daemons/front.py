@@ -272,6 +272,14 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     show_default=True,
     help="Region in SQS ARNs.",
 )
+@click.option(
+    "--sqs-credentials",
+    default="",
+    envvar="MQ_SQS_CREDENTIALS",
+    show_envvar=True,
+    show_default=True,
+    help="JSON file of access key id -> secret key; SQS requests must then be SigV4-signed with one.",
+)
 @click.pass_context
 def cli(ctx: click.Context, **values: Any) -> int:
     """mq: the HTTP front end of the queue."""
@@ -291,6 +299,7 @@ def cli(ctx: click.Context, **values: Any) -> int:
         access_log=values["access_log"],
         sqs_account_id=values["sqs_account_id"],
         sqs_region=values["sqs_region"],
+        sqs_credentials=values["sqs_credentials"],
     )
     return _runtime.run(lambda: serve(settings))
 
