@@ -17,6 +17,7 @@ import asyncio
 import datetime
 import json
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,7 +26,7 @@ from aiohttp import web
 
 from daemons._broker import Broker
 from daemons._http import BROKER
-from mqcore import sqs
+from mqcore import sqs, sqs_query
 from mqcore.errors import MQError
 from mqcore.model import ReceivedMessage
 from mqcore.names import QueueName, sent_ms_of
@@ -66,7 +67,14 @@ class Context:
         return await asyncio.get_running_loop().run_in_executor(self.broker.savers, fn, *args)
 
 
-def _error_response(error: sqs.SqsError, request_id: str) -> web.Response:
+def _error_response(error: sqs.SqsError, request_id: str, query: bool = False) -> web.Response:
+    if query:
+        return web.Response(
+            status=error.http_status,
+            body=sqs_query.render_error(error, request_id),
+            content_type="text/xml",
+            headers={"x-amzn-RequestId": request_id},
+        )
     return web.Response(
         status=error.http_status,
         body=json.dumps(error.to_wire()).encode(),
@@ -76,28 +84,20 @@ def _error_response(error: sqs.SqsError, request_id: str) -> web.Response:
 
 
 async def sqs_endpoint(request: web.Request) -> web.Response:
-    """POST / (and POST /<account>/<queue>): one SQS action in the AWS JSON 1.0 protocol.
+    """POST / (and POST /<account>/<queue>): one SQS action, in the AWS JSON 1.0 or the query protocol.
 
-    The action is named by ``X-Amz-Target: AmazonSQS.<Action>``; the body is the action's JSON
-    request. Answers 200 with the action's JSON result, or SQS's error (status, ``__type``,
-    ``x-amzn-query-error``). Signatures are checked only with ``--sqs-credentials`` (otherwise any
-    credentials are accepted, as ElasticMQ).
+    JSON: the action is named by ``X-Amz-Target: AmazonSQS.<Action>``; the body is the action's
+    JSON request. Answers 200 with the action's JSON result, or SQS's error (status, ``__type``,
+    ``x-amzn-query-error``). Query (no X-Amz-Target): form-encoded ``Action=...`` parameters
+    (in the body or the URL); XML answers and errors (:mod:`mqcore.sqs_query`), the same actions.
+    Signatures are checked only with ``--sqs-credentials`` (otherwise any credentials are
+    accepted, as ElasticMQ).
     """
     request_id = str(uuid.uuid4())
     target = request.headers.get("X-Amz-Target", "")
-    prefix, _, name = target.partition(".")
+    query = not target  # no X-Amz-Target: the query protocol (form-encoded Action=, XML answers)
+    name = ""
     try:
-        if prefix != "AmazonSQS" or not name:
-            raise sqs.SqsError(
-                "InvalidAction",
-                "mq serves SQS's AWS JSON 1.0 protocol: an X-Amz-Target header AmazonSQS.<Action> is required "
-                "(the query protocol is not supported; see docs/sqs.md).",
-            )
-        action = ACTIONS.get(name)
-        if action is None:
-            if name in UNSUPPORTED:
-                raise sqs.SqsError("UnsupportedOperation", f"{name} is not supported by mq.")
-            raise sqs.SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")
         raw = await _read_body(request)
         credentials_file = request.app[BROKER].settings.sqs_credentials
         if credentials_file:
@@ -106,28 +106,69 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
             url = f"{request.scheme}://{request.host}{request.raw_path}"
             now = datetime.datetime.now(datetime.UTC)
             _sigv4.verify(_sigv4.load_credentials(credentials_file), request.method, url, request.headers, raw, now)
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (ValueError, RecursionError):
-            raise sqs.SqsError("InvalidParameterValue", "The request body is not valid JSON.") from None
-        if not isinstance(body, dict):
-            raise sqs.SqsError("InvalidParameterValue", "The request body must be a JSON object.")
+        if query:
+            name, body = _query_request(request, raw)
+        else:
+            prefix, _, name = target.partition(".")
+            if prefix != "AmazonSQS" or not name:
+                raise sqs.SqsError("InvalidAction", f"X-Amz-Target must be AmazonSQS.<Action>, got {target[:80]!r}.")
+            body = _json_request(raw)
+        action = ACTIONS.get(name)
+        if action is None:
+            if name in UNSUPPORTED:
+                raise sqs.SqsError("UnsupportedOperation", f"{name} is not supported by mq.")
+            raise sqs.SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")
         result = await action(Context(request), body)
     except sqs.SqsError as exc:
-        return _error_response(exc, request_id)
+        return _error_response(exc, request_id, query)
     except MQError as exc:
         error = sqs.from_mq_error(exc)
         if error.sqs_code in ("InternalError", "ServiceUnavailable"):
             logger.error("sqs action=%s failed: %s", name, exc)
-        return _error_response(error, request_id)
+        return _error_response(error, request_id, query)
     except (asyncio.CancelledError, web.HTTPException):
         raise
     except Exception:
         logger.exception("internal error in sqs action=%s", name)
-        return _error_response(sqs.SqsError("InternalError", "internal error; see the server log"), request_id)
+        return _error_response(sqs.SqsError("InternalError", "internal error; see the server log"), request_id, query)
+    if query:
+        return web.Response(
+            body=sqs_query.render_result(name, result, request_id),
+            content_type="text/xml",
+            headers={"x-amzn-RequestId": request_id},
+        )
     return web.Response(
         body=json.dumps(result).encode(), content_type=_CONTENT_TYPE, headers={"x-amzn-RequestId": request_id}
     )
+
+
+def _json_request(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except (ValueError, RecursionError):
+        raise sqs.SqsError("InvalidParameterValue", "The request body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise sqs.SqsError("InvalidParameterValue", "The request body must be a JSON object.")
+    return body
+
+
+def _query_request(request: web.Request, raw: bytes) -> tuple[str, dict[str, Any]]:
+    """A query-protocol request: parameters from the URL and the form body; QueueUrl from the path if absent."""
+    try:
+        pairs = urllib.parse.parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        raise sqs.SqsError("InvalidParameterValue", "The form body is not UTF-8.") from None
+    params = {**dict(request.query), **dict(pairs)}
+    if "Action" not in params:
+        raise sqs.SqsError(
+            "InvalidAction",
+            "An SQS request names its action in an X-Amz-Target header (AWS JSON 1.0) or an Action "
+            "parameter (query protocol); see docs/sqs.md.",
+        )
+    name, body = sqs_query.parse_request(params)
+    if "QueueUrl" not in body and request.match_info.get("queue"):
+        body["QueueUrl"] = f"{request.scheme}://{request.host}{request.path}"
+    return name, body
 
 
 async def _read_body(request: web.Request) -> bytes:
