@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -216,7 +216,7 @@ def check_new_queue_name(name: object) -> QueueName:
         ) from None
 
 
-def page(names: list[str], max_results: object, next_token: object) -> tuple[list[str], str | None]:
+def page(names: Sequence[str], max_results: object, next_token: object) -> tuple[list[str], str | None]:
     """One page of sorted ``names`` after ``next_token`` (SQS ListQueues' MaxResults 1-1000 / NextToken).
 
     Without MaxResults every name is returned (as SQS, up to 1,000) and no token.

@@ -82,11 +82,11 @@ def _fields(params: dict[str, str]) -> dict[str, Any]:
             attributes: dict[str, Any] = {}
             for item in items:
                 if isinstance(item, dict) and "Name" in item:
-                    value: dict[str, str] = {}
+                    typed: dict[str, str] = {}
                     for field in ("DataType", "StringValue", "BinaryValue"):
                         if f"Value.{field}" in item:
-                            value[field] = item[f"Value.{field}"]
-                    attributes[item["Name"]] = value
+                            typed[field] = item[f"Value.{field}"]
+                    attributes[item["Name"]] = typed
             out[f"{prefix}s"] = attributes
         elif prefix in _ENTRY_LISTS:
             out[_ENTRY_LISTS[prefix]] = [_fields(i) for i in items if isinstance(i, dict)]
