@@ -454,3 +454,21 @@ def test_boto3_finds_mq_through_aws_endpoint_url_sqs(stack: Any, monkeypatch: py
     client = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="b")
     url = client.create_queue(QueueName=f"env-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     assert url.startswith(stack.url + "/000000000000/")
+
+
+def test_receive_request_attempt_id_and_a_request_posted_to_the_queue_url(sqs: Any, queue: str) -> None:
+    sqs.send_message_batch(QueueUrl=queue, Entries=[{"Id": str(i), "MessageBody": f"m{i}"} for i in range(3)])
+    first = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=2, ReceiveRequestAttemptId="try-1")["Messages"]
+    # A retry with the same attempt id gets the same messages again (fresh handles), not new ones.
+    again = sqs.receive_message(QueueUrl=queue, MaxNumberOfMessages=2, ReceiveRequestAttemptId="try-1")["Messages"]
+    assert [m["MessageId"] for m in again] == [m["MessageId"] for m in first]
+    assert {m["ReceiptHandle"] for m in again}.isdisjoint(m["ReceiptHandle"] for m in first)
+    # Some SDKs post to the queue URL itself: the same endpoint answers there.
+    request = urllib.request.Request(
+        queue,
+        data=json.dumps({"QueueUrl": queue, "AttributeNames": ["ApproximateNumberOfMessagesNotVisible"]}).encode(),
+        method="POST",
+        headers={"X-Amz-Target": "AmazonSQS.GetQueueAttributes", "Content-Type": "application/x-amz-json-1.0"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert json.loads(answer.read()) == {"Attributes": {"ApproximateNumberOfMessagesNotVisible": "2"}}
