@@ -6,7 +6,9 @@ Bar: boto3's SendMessageBatch and ReceiveMessage + DeleteMessageBatch through mq
 /<queue>/messages/delete``), measured in one run. Both sides are Python clients with one
 keep-alive connection per thread (boto3's own pool; ``http.client`` for the native API), batches
 of 10 bodies of 1 KiB; the two are measured in alternating rounds on the same server and the
-medians compared.
+medians compared. Sends run for ``--duration`` seconds; receive+delete drains the queue (what the
+sends left plus ``--prefill`` messages sent natively, untimed) and is timed until it is empty.
+Each step also records CPU ms per message of the client (this process) and of ``mq``.
 
 Starts its own ``mq`` + ``mq-mover`` on a fresh root on the real disk (default
 ``./var/bench-sqs-root``) and prints one JSON object on stdout. Usage, from the repository root::
@@ -123,24 +125,43 @@ class Boto3:
         return len(messages)
 
 
-def measure(workers: list[Any], op: Callable[[Any], int], seconds: float) -> tuple[float, float]:
-    """``(messages/s, client CPU ms per message)`` of ``op`` run in a loop by one thread per worker."""
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    workers: list[Any], op: Callable[[Any], int], seconds: float | None, server_pid: int
+) -> tuple[float, float, float]:
+    """``(messages/s, client CPU ms per message, mq CPU ms per message)`` of ``op`` in one thread per worker.
+
+    With ``seconds`` the threads run that long; with None each runs until ``op`` handles no
+    message (the queue is drained).
+    """
     counts = [0] * len(workers)
-    stop = time.monotonic() + seconds
+    stop = time.monotonic() + (seconds or 0)
 
     def run(i: int) -> None:
-        while time.monotonic() < stop:
-            counts[i] += op(workers[i])
+        while seconds is None or time.monotonic() < stop:
+            done = op(workers[i])
+            counts[i] += done
+            if seconds is None and not done:
+                return
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(workers))]
     started = time.monotonic()
     cpu = time.process_time()
+    server_cpu = _cpu_seconds(server_pid)
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     total = max(1, sum(counts))
-    return total / (time.monotonic() - started), (time.process_time() - cpu) * 1000 / total
+    client_ms = (time.process_time() - cpu) * 1000 / total
+    server_ms = (_cpu_seconds(server_pid) - server_cpu) * 1000 / total
+    return total / (time.monotonic() - started), client_ms, server_ms
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds per step (default 3)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds per step and side in a round (default 5)")
     p.add_argument("--threads", type=int, default=4, help="client threads per side (default 4)")
+    p.add_argument(
+        "--prefill",
+        type=int,
+        default=4000,
+        help="messages added before each receive+delete step, drained (default 4000)",
+    )
     args = p.parse_args(argv)
     procs, url = start_stack(Path(args.root))
     try:
@@ -164,18 +191,26 @@ def main(argv: list[str] | None = None) -> int:
             "receive_delete": {"native": [], "boto3": []},
         }
         client_cpu: dict[str, dict[str, list[float]]] = {k: {"native": [], "boto3": []} for k in figures}
+        server_cpu: dict[str, dict[str, list[float]]] = {k: {"native": [], "boto3": []} for k in figures}
         for round_ in range(args.rounds):
             order = ("native", "boto3") if round_ % 2 == 0 else ("boto3", "native")
             for name in order:
-                rate, cpu_ms = measure(sides[name], lambda w: w.send(), args.duration)
+                rate, cpu_ms, mq_ms = measure(sides[name], lambda w: w.send(), args.duration, procs[0].pid)
                 figures["send"][name].append(round(rate, 1))
                 client_cpu["send"][name].append(round(cpu_ms, 3))
-                log(f"round {round_ + 1} send {name}: {rate:.0f} messages/s, client {cpu_ms:.2f} CPU ms/message")
+                server_cpu["send"][name].append(round(mq_ms, 3))
+                log(f"round {round_ + 1} send {name}: {rate:.0f} msg/s, CPU ms/msg client {cpu_ms:.2f} mq {mq_ms:.2f}")
             for name in order:
-                rate, cpu_ms = measure(sides[name], lambda w: w.receive_delete(), args.duration)
+                prefill = Native(url, f"bench-{name}")
+                for _ in range(args.prefill // BATCH):
+                    prefill.send()
+                rate, cpu_ms, mq_ms = measure(sides[name], lambda w: w.receive_delete(), None, procs[0].pid)
                 figures["receive_delete"][name].append(round(rate, 1))
                 client_cpu["receive_delete"][name].append(round(cpu_ms, 3))
-                log(f"round {round_ + 1} receive+delete {name}: {rate:.0f} messages/s, client {cpu_ms:.2f} CPU ms/msg")
+                server_cpu["receive_delete"][name].append(round(mq_ms, 3))
+                log(
+                    f"round {round_ + 1} receive+delete {name}: {rate:.0f} msg/s, CPU ms/msg {cpu_ms:.2f} / {mq_ms:.2f}"
+                )
         summary = {
             step: {
                 "native_median": statistics.median(sides_["native"]),
@@ -197,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg": list(os.getloadavg()),
             "figures": figures,
             "client_cpu_ms_per_message": client_cpu,
+            "mq_cpu_ms_per_message": server_cpu,
             "summary": summary,
         }
         print(json.dumps(result, indent=2))
