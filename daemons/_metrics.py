@@ -19,6 +19,7 @@ multiprocess mode is needed; docs/metrics.md says how to aggregate.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import os
@@ -309,8 +310,8 @@ class BrokerCollector(Collector):
         the queues it has not indexed), in flight and delayed from one listing of ``delay/``."""
         broker = self.broker
         store = broker.store
-        loop_in = broker._in
-        queues = await loop_in(broker.savers, store.list_queues)
+        # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
+        queues = await asyncio.to_thread(store.list_queues)
         indexed: dict[str, tuple[int, int | None]] = {}
         unindexed: list[str] = []
         for queue in queues:
@@ -332,7 +333,7 @@ class BrokerCollector(Collector):
                     redrive[queue] = (int(status.get("moved", 0)), int(status.get("skipped", 0)), running)
             return _scan(store, unindexed), store.count_delay(), redrive
 
-        scanned, delay_counts, redrive = await loop_in(broker.savers, read)
+        scanned, delay_counts, redrive = await asyncio.to_thread(read)
         now = now_ms()
         snapshot = QueueSnapshot()
         for queue in queues:
