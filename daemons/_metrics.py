@@ -167,6 +167,9 @@ def metrics_middleware(times: RequestTimes) -> Callable[..., Awaitable[web.Strea
         except web.HTTPException as exc:
             status = exc.status
             raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
+            raise
         finally:
             resource = request.match_info.route.resource
             route = resource.canonical if resource is not None else "unmatched"

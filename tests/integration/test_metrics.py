@@ -116,7 +116,9 @@ async def test_counts_after_a_known_workload(stack_factory, http, wait) -> None:
 
     reply = await stack.request("POST", f"/{dlq}/purge")
     assert reply.status == 200, reply.body
+    assert (await stack.request("GET", "/no/such/route/here")).status == 404
     samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_http_request_duration_seconds_count", route="unmatched", method="GET", status="404") == 1
     assert value(samples, "mq_messages_purged_total", queue=dlq) == 10
     assert value(samples, "mq_queue_messages_ready", queue=dlq) == 0
     # requests by route and status; storage; process
