@@ -2,7 +2,8 @@
 
 Every scrape is parsed with prometheus-client's own parser (so the exposition
 is valid Prometheus text), and the counts are exact: 100 sent, 60 received,
-50 deleted, 10 left to expire into the dead-letter queue, which is purged.
+50 deleted, 10 left to expire into the dead-letter queue, redriven back, and the
+queue purged.
 The same counts hold with two mq daemons on one root (each counts what it
 did; their sum is the workload), and the per-queue gauges of both agree.
 """
@@ -114,13 +115,25 @@ async def test_counts_after_a_known_workload(stack_factory, http, wait) -> None:
     assert value(mover, "mq_mover_redelivery_lag_seconds_count") == 10
     assert value(mover, "process_open_fds") > 0
 
-    reply = await stack.request("POST", f"/{dlq}/purge")
+    # Redrive the 10 back (progress in the DLQ's gauges), then purge the 50 now ready in the queue.
+    reply = await stack.request("POST", f"/{dlq}/redrive")
+    assert reply.status == 202, reply.body
+
+    async def redriven() -> Samples | None:
+        samples = await scrape(http, stack.url + "/metrics")
+        done = value(samples, "mq_redrive_moved_messages", queue=dlq) == 10
+        return samples if done and value(samples, "mq_redrive_running", queue=dlq) == 0 else None
+
+    samples = await wait(redriven, timeout=20, message=stack.logs)
+    assert value(samples, "mq_queue_messages_ready", queue=dlq) == 0
+    reply = await stack.request("POST", f"/{queue}/purge")
     assert reply.status == 200, reply.body
     assert (await stack.request("GET", "/no/such/route/here")).status == 404
     samples = await scrape(http, stack.url + "/metrics")
     assert value(samples, "mq_http_request_duration_seconds_count", route="unmatched", method="GET", status="404") == 1
-    assert value(samples, "mq_messages_purged_total", queue=dlq) == 10
-    assert value(samples, "mq_queue_messages_ready", queue=dlq) == 0
+    assert value(samples, "mq_messages_purged_total", queue=queue) == 50
+    assert value(samples, "mq_queue_messages_ready", queue=queue) == 0
+    assert value(samples, "mq_messages_sent_total", queue=queue) == 100  # a redrive is not a send
     # requests by route and status; storage; process
     assert (
         value(
