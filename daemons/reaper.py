@@ -41,8 +41,10 @@ event loop; arrivals during a batch simply join the next one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -51,6 +53,7 @@ from typing import TypeVar
 
 import click
 
+from daemons._metrics import ReaperMetrics, check_metrics_port, metrics_options, start_daemon_metrics
 from daemons._runtime import (
     check_interval,
     check_log_level,
@@ -98,6 +101,10 @@ class ReaperSettings:
     (``--expire-interval``, ``MQ_REAPER_EXPIRE_INTERVAL``)."""
     log_level: str = "INFO"
     """Logging level name (``--log-level``, ``MQ_LOG_LEVEL``)."""
+    metrics_port: int = 0
+    """TCP port of the Prometheus ``/metrics`` listener, 0 = off (``--metrics-port``, ``MQ_REAPER_METRICS_PORT``)."""
+    metrics_address: str = "127.0.0.1"
+    """Address of that listener (``--metrics-address``, ``MQ_REAPER_METRICS_ADDRESS``)."""
 
     def __post_init__(self) -> None:
         """Check every field.
@@ -110,6 +117,7 @@ class ReaperSettings:
         check_interval("rescan-interval", self.rescan_interval_seconds)
         check_interval("expire-interval", self.expire_interval_seconds)
         check_log_level(self.log_level)
+        check_metrics_port(self.metrics_port)
 
 
 T = TypeVar("T")
@@ -169,6 +177,8 @@ class Reaper(WatchedDirDaemon):
         self.expire_interval_seconds = expire_interval_seconds
         #: Names in ``remove/`` to remove (a dict as an ordered set: oldest arrival first).
         self._pending: dict[str, None] = {}
+        #: Counters served on ``--metrics-port`` (None when off).
+        self.metrics: ReaperMetrics | None = None
 
     def __len__(self) -> int:
         """Number of entries of ``remove/`` known and not yet removed."""
@@ -211,6 +221,8 @@ class Reaper(WatchedDirDaemon):
             return []
         for name in swept:
             logger.warning("dropped unacknowledged file from new/ name=%s grace_ms=%d", name, self.new_grace_ms)
+        if self.metrics is not None:
+            self.metrics.new_dropped.inc(len(swept))
         return swept
 
     def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError]]:
@@ -218,6 +230,9 @@ class Reaper(WatchedDirDaemon):
         out: list[tuple[str, bool | OSError]] = []
         for name in names:
             try:
+                if self.metrics is not None and not name.endswith(REMOVED_QUEUE_SUFFIX):
+                    with contextlib.suppress(OSError):
+                        self.metrics.bytes.inc(os.lstat(self.store.layout.remove_path(name)).st_size)
                 out.append((name, self.store.reap(name)))
             except OSError as exc:
                 out.append((name, exc))
@@ -255,6 +270,9 @@ class Reaper(WatchedDirDaemon):
                     logger.debug("reaped name=%s", name)
             if files or queues:
                 logger.info("reaped files=%d queues=%d", files, queues)
+            if self.metrics is not None:
+                self.metrics.files.inc(files)
+                self.metrics.queues.inc(queues)
             removed += files + queues
         return removed
 
@@ -297,6 +315,8 @@ class Reaper(WatchedDirDaemon):
                 errors += 1
             elif moved:
                 ready += moved
+                if self.metrics is not None:
+                    self.metrics.expired_ready(queue, moved)
                 logger.info("expired ready messages queue=%s removed=%d", queue, moved)
         counts: list[int] = []
         for what, fn, args in (
@@ -309,6 +329,9 @@ class Reaper(WatchedDirDaemon):
                 errors += 1
             counts.append(n or 0)
         result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors)
+        if self.metrics is not None:
+            self.metrics.in_flight_removed.inc(result.in_flight)
+            self.metrics.errors.inc(result.errors)
         logger.log(
             logging.INFO if result.removed or result.errors else logging.DEBUG,
             "expiry sweep queues=%d ready_removed=%d in_flight_removed=%d attempts_removed=%d "
@@ -374,19 +397,25 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
         shutdown_trigger: Set it to stop; when None, SIGTERM and SIGINT set an
             internal one. The current batch of unlinks is finished first.
     """
-    await serve_daemon(
-        "mq-reaper",
-        logger,
-        settings.root,
-        lambda store: Reaper(
+    metrics, stop_metrics = start_daemon_metrics(
+        "mq-reaper", settings.root, settings.metrics_port, settings.metrics_address, ReaperMetrics
+    )
+
+    def make(store: Store) -> Reaper:
+        reaper = Reaper(
             store,
             new_grace_seconds=settings.new_grace_seconds,
             rescan_interval_seconds=settings.rescan_interval_seconds,
             watcher=open_watcher(),
             expire_interval_seconds=settings.expire_interval_seconds,
-        ),
-        shutdown_trigger,
-    )
+        )
+        reaper.metrics = metrics
+        return reaper
+
+    try:
+        await serve_daemon("mq-reaper", logger, settings.root, make, shutdown_trigger)
+    finally:
+        stop_metrics()
 
 
 @click.command(
@@ -423,10 +452,18 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
     help="Seconds between sweeps that remove expired and purged messages (queues and delay/), "
     "old receive attempt records and abandoned queue creations.",
 )
+@metrics_options("MQ_REAPER")
 @log_level_option
 @click.pass_context
 def cli(
-    ctx: click.Context, root: str, new_grace: float, rescan_interval: float, expire_interval: float, log_level: str
+    ctx: click.Context,
+    root: str,
+    new_grace: float,
+    rescan_interval: float,
+    expire_interval: float,
+    metrics_port: int,
+    metrics_address: str,
+    log_level: str,
 ) -> int:
     return run_cli(
         ctx,
@@ -436,6 +473,8 @@ def cli(
         new_grace_seconds=new_grace,
         rescan_interval_seconds=rescan_interval,
         expire_interval_seconds=expire_interval,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
         log_level=log_level,
     )
 

@@ -116,6 +116,18 @@ class StorageUnavailable(MQError):
         self.retry_after_seconds = retry_after_seconds
 
 
+class InsufficientStorage(StorageUnavailable):
+    """Free space or inodes of the root's filesystem are below the daemon's floor (HTTP 507 + Retry-After).
+
+    Refused before the disk is actually full (``--min-free-bytes``), so that
+    receives, deletes and the daemons' renames keep working. Retriable once
+    space is freed. Source: RFC 4918 section 11.5 (507 Insufficient Storage).
+    """
+
+    code = "insufficient_storage"
+    status = 507
+
+
 class ConfigError(MQError, ValueError):
     """A setting is invalid; the message names the key, the value and the layer."""
 
