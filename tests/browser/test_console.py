@@ -4,13 +4,15 @@ One walk through what an operator does: create queues, see an API error shown,
 set a dead-letter queue in the attribute form, send through the form and watch
 the counts change, peek, delete a message, dead-letter three, start / watch /
 cancel / finish a redrive, purge with confirmation. A screenshot of each page
-goes to docs/ (docs/console.md shows them). No JavaScript error and no console
+goes to the test's temp dir, or to docs/ (docs/console.md shows them) when
+``MQ_UPDATE_SCREENSHOTS=1`` is set, so a test run leaves the checkout clean. No JavaScript error and no console
 error other than the one deliberate 400 may happen.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+_DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: How long a UI expectation may take (the console polls every 1-2 s; the machine may be loaded).
 TIMEOUT_MS = 15_000
 
@@ -46,7 +48,8 @@ def live_stack(tmp_path: Path, daemons: Any) -> Any:
     return daemons.stack(tmp_path / "root")
 
 
-def test_console_walkthrough(chromium: Any, live_stack: Any) -> None:
+def test_console_walkthrough(chromium: Any, live_stack: Any, tmp_path: Path) -> None:
+    shots = _DOCS if os.environ.get("MQ_UPDATE_SCREENSHOTS") == "1" else tmp_path
     from playwright.sync_api import expect
 
     base = live_stack.url
@@ -103,7 +106,7 @@ def test_console_walkthrough(chromium: Any, live_stack: Any) -> None:
     page.locator("#peek tbody tr").filter(has_text="fourth").locator("button.delete").click()
     expect(page.locator("#notice")).to_contain_text("Deleted message")
     expect(page.locator("#stats .ready .n")).to_have_text("3")
-    page.screenshot(path=str(DOCS / "console-queue.png"), full_page=True)
+    page.screenshot(path=str(shots / "console-queue.png"), full_page=True)
 
     # Dead-letter the three, then redrive them from the dead-letter queue page.
     receive_all(base, "orders", 3)
@@ -119,7 +122,7 @@ def test_console_walkthrough(chromium: Any, live_stack: Any) -> None:
     page.click("#redrive-start")
     expect(page.locator("#redrive-status .state")).to_have_text("completed")
     expect(page.locator("#stats .ready .n")).to_have_text("0")
-    page.screenshot(path=str(DOCS / "console-dlq.png"))
+    page.screenshot(path=str(shots / "console-dlq.png"))
 
     # Back on the queue: the three are ready again; purge after confirming.
     page.goto(base + "/ui#/queue/orders")
@@ -142,7 +145,7 @@ def test_console_walkthrough(chromium: Any, live_stack: Any) -> None:
         page.wait_for_timeout(150)
     expect(page.locator('tr[data-queue="orders"] .rate')).not_to_have_text("0.0/s")
     expect(page.locator('tr[data-queue="orders"] .ready')).to_have_text("21")
-    page.screenshot(path=str(DOCS / "console-queues.png"))
+    page.screenshot(path=str(shots / "console-queues.png"))
 
     assert js_errors == []
     assert console_errors == []
