@@ -4,8 +4,7 @@
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,spark,examples]'
+bash scripts/venv.sh '[dev,spark,examples]'   # installs only when .venv is missing or pyproject.toml changed
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"
