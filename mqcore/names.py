@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import NewType
 
-from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest
+from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest, cap, echo
 
 QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
@@ -78,7 +78,7 @@ def check_queue_name(name: str) -> QueueName:
     if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
         raise InvalidQueueName(
             "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_'",
-            queue=name if isinstance(name, str) else repr(name),
+            queue=cap(name) if isinstance(name, str) else echo(name),
         )
     return QueueName(name)
 
@@ -100,7 +100,7 @@ def check_message_id(value: str) -> MessageId:
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidMessageId(
             "message ids are lowercase UUIDv7 strings as returned in X-Message-Id",
-            message_id=value if isinstance(value, str) else repr(value),
+            message_id=cap(value) if isinstance(value, str) else echo(value),
         )
     return MessageId(value)
 
@@ -253,7 +253,7 @@ def parse_receipt_handle(handle: str) -> InFlightName:
     if parsed is None or parsed.receive_count < 1:
         raise InvalidReceiptHandle(
             "receipt handles are the X-Receipt-Handle strings returned by a receive",
-            receipt_handle=handle if isinstance(handle, str) else repr(handle),
+            receipt_handle=cap(handle, 200) if isinstance(handle, str) else echo(handle),
         )
     return parsed
 
