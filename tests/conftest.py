@@ -77,6 +77,7 @@ class Daemon:
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
+        self._terminated = False
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -101,6 +102,7 @@ class Daemon:
         self._append(f"--- test harness: start #{self.starts}: {' '.join(self.command)}")
         self._ready.clear()
         self.url = None
+        self._terminated = False
         self.proc = subprocess.Popen(
             self.command,
             cwd=REPO,
@@ -181,6 +183,12 @@ class Daemon:
         """:meth:`restart` from a thread."""
         return await asyncio.to_thread(self.restart)
 
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (:meth:`stop` then waits for the exit without signalling again)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self._terminated = True
+
     def stop(self) -> int:
         """SIGTERM and wait; return the exit status (0 expected). Kill -9 on timeout.
 
@@ -190,7 +198,8 @@ class Daemon:
         assert self.proc is not None
         if self.proc.poll() is not None:
             return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
+        if not self._terminated:
+            self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(STOP_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -388,10 +397,15 @@ class Daemons:
     def stop_all(self) -> None:
         """SIGTERM every daemon still running (last started first); each must exit 0.
 
+        All get their SIGTERM before the first is waited for, so they stop in parallel.
+
         Raises:
             DaemonError: Some daemon exited non-zero or hung (all are stopped anyway).
         """
         failures = []
+        for daemon in reversed(self.started):
+            if daemon.running:
+                daemon.terminate()
         for daemon in reversed(self.started):
             if not daemon.running:
                 continue
