@@ -505,6 +505,15 @@ def _module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         started.stop_all()
 
 
+@pytest.fixture(scope="module")
+def module_daemons() -> Iterator[Daemons]:
+    """:class:`Daemons` for a module's shared daemons (e.g. two nodes on one root): stopped, each
+    exiting 0, when the module's tests are done. Tests sharing them use their own queue names."""
+    started = Daemons()
+    yield started
+    started.stop_all()
+
+
 @pytest.fixture
 def shared_stack(_module_stack: Stack, http: aiohttp.ClientSession) -> Stack:
     """A full stack with default options shared by the tests of one module (start-up paid once).
