@@ -514,6 +514,31 @@ def module_daemons() -> Iterator[Daemons]:
     started.stop_all()
 
 
+class StackCache:
+    """Stacks shared by a module's tests, one per set of options (see :func:`module_stacks`)."""
+
+    def __init__(self, daemons: Daemons, base: Path) -> None:
+        self._daemons = daemons
+        self._base = base
+        self._stacks: dict[str, Stack] = {}
+
+    def get(self, options: dict[str, Any], session: aiohttp.ClientSession) -> Stack:
+        """The module's stack started with ``options`` (started on first use), with ``session``."""
+        key = repr(sorted(options.items()))
+        if key not in self._stacks:
+            root = self._base / f"stack{len(self._stacks)}" / "root"
+            self._stacks[key] = self._daemons.stack(root, **options)
+        return dataclasses.replace(self._stacks[key], session=session)
+
+
+@pytest.fixture(scope="module")
+def module_stacks(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> StackCache:
+    """One stack per set of options, shared by the tests of a module that ask for the same options:
+    ``module_stacks.get({"visibility_timeout": 1}, http)``. Such tests use their own queue names and
+    must not stop, kill or restart the daemons."""
+    return StackCache(module_daemons, tmp_path_factory.mktemp("stacks"))
+
+
 @pytest.fixture
 def shared_stack(_module_stack: Stack, http: aiohttp.ClientSession) -> Stack:
     """A full stack with default options shared by the tests of one module (start-up paid once).
