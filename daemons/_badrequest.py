@@ -50,7 +50,7 @@ class JsonErrorsRequestHandler(RequestHandler):
         """
         if status >= 500 or not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
-        text = cap(str(message or exc.message or "bad request"), 200)
+        text = cap(" ".join(str(message or exc.message or "bad request").split()), 200)  # one line
         if isinstance(exc, BadHttpMethod):
             logger.debug("bad HTTP request from %s: %s", request.remote, text)
         else:
