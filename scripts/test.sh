@@ -7,4 +7,7 @@ cd "$(dirname "$0")/.."
 bash scripts/venv.sh '[dev,spark,examples]'   # installs only when .venv is missing or pyproject.toml changed
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
+# The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of
+# them compiles the same modules again (PYTHONDONTWRITEBYTECODE=1 environments never cache them).
+.venv/bin/python -m compileall -q mqcore daemons
 exec .venv/bin/python -m pytest "$@"
