@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh '[dev,spark,examples]'   # installs only when .venv is missing or pyproject.toml changed
+# tests/docs/test_readme.py runs the README's curl examples.
+if ! command -v curl > /dev/null && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    echo "installing curl (the README's examples use it)..." >&2
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends curl ca-certificates > /dev/null
+fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of

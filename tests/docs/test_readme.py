@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +87,11 @@ def test_readme_has_runnable_blocks_and_skips_say_why() -> None:
         if line.lstrip().startswith("<!--") and "readme-test" in line:
             assert SKIP_RE.match(line.strip()) and "(" in line, f"malformed readme-test comment: {line}"
     assert all(b.language in ("sh", "python", "text") for b in blocks)
+
+
+def test_curl_is_installed() -> None:
+    """The README's quick start uses curl (scripts/test.sh installs it on a fresh Debian machine)."""
+    assert shutil.which("curl"), "curl is missing: bash scripts/test.sh installs it (apt-get) when run as root"
 
 
 def _venv() -> Path:
