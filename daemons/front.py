@@ -40,6 +40,7 @@ import click
 from aiohttp import web
 
 from daemons import _runtime
+from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
 from daemons._console import add_console_routes
 from daemons._http import (
@@ -131,10 +132,11 @@ def make_runner(broker: Broker) -> web.AppRunner:
 
     Requests whose client disconnects are cancelled (``handler_cancellation``:
     a long poll must not lease messages for a consumer that is gone); header
-    values up to :data:`MAX_HEADER_FIELD_BYTES` are read.
+    values up to :data:`MAX_HEADER_FIELD_BYTES` are read; a request line or header over aiohttp's
+    limits gets the JSON error body (``daemons._badrequest``).
     """
     access_log = logging.getLogger("mq.access") if broker.settings.access_log else None
-    return web.AppRunner(
+    return make_json_errors_runner(
         make_app(broker),
         access_log=access_log,
         handle_signals=False,

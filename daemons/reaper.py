@@ -82,6 +82,8 @@ DEFAULT_EXPIRE_INTERVAL_SECONDS = 60.0
 REAP_BATCH = 1024
 #: Watch tag of ``remove/``.
 _REMOVE_TAG = "remove"
+#: Least seconds between two INFO summaries of reaping (each unlink is logged at DEBUG).
+REAP_SUMMARY_INTERVAL_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,10 @@ class Reaper(WatchedDirDaemon):
         self._pending: dict[str, None] = {}
         #: Counters served on ``--metrics-port`` (None when off).
         self.metrics: ReaperMetrics | None = None
+        #: What was reaped since the last INFO summary: files, their bytes, queue directories.
+        self._unreported = [0, 0, 0]
+        self._last_summary = -math.inf
+        self._summary_timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         """Number of entries of ``remove/`` known and not yet removed."""
@@ -225,18 +231,58 @@ class Reaper(WatchedDirDaemon):
             self.metrics.new_dropped.inc(len(swept))
         return swept
 
-    def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError]]:
-        """Worker thread: remove each entry; an OSError is returned, not raised."""
-        out: list[tuple[str, bool | OSError]] = []
+    def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError, int]]:
+        """Worker thread: remove each entry; an OSError is returned, not raised.
+
+        Returns:
+            ``(name, removed or the error, size in bytes before the unlink (0 if unknown))`` per entry.
+        """
+        out: list[tuple[str, bool | OSError, int]] = []
         for name in names:
             try:
-                if self.metrics is not None and not name.endswith(REMOVED_QUEUE_SUFFIX):
-                    with contextlib.suppress(OSError):
-                        self.metrics.bytes.inc(os.lstat(self.store.layout.remove_path(name)).st_size)
-                out.append((name, self.store.reap(name)))
+                size = os.lstat(self.store.layout.remove_path(name)).st_size
+            except (OSError, ValueError):
+                size = 0
+            try:
+                out.append((name, self.store.reap(name), size))
             except OSError as exc:
-                out.append((name, exc))
+                out.append((name, exc, 0))
         return out
+
+    def _count_reaped(self, files: int, size: int, queues: int) -> None:
+        """Add to the next INFO summary; log it now if the last one is a minute old, else schedule it."""
+        self._unreported[0] += files
+        self._unreported[1] += size
+        self._unreported[2] += queues
+        wait = self._last_summary + REAP_SUMMARY_INTERVAL_SECONDS - self._loop.time()
+        if wait <= 0:
+            self.log_summary()
+        elif self._summary_timer is None:
+            self._summary_timer = self._loop.call_later(wait, self.log_summary)
+
+    def log_summary(self) -> None:
+        """Log one INFO line of what was reaped since the last one (nothing if nothing was)."""
+        if self._summary_timer is not None:
+            self._summary_timer.cancel()
+            self._summary_timer = None
+        files, size, queues = self._unreported
+        if not (files or queues):
+            return
+        since = self._loop.time() - self._last_summary
+        logger.info(
+            "reaped files=%d bytes=%d queues=%d%s",
+            files,
+            size,
+            queues,
+            f" in the last {since:.0f} s" if math.isfinite(since) else "",
+        )
+        self._unreported = [0, 0, 0]
+        self._last_summary = self._loop.time()
+
+    def close(self) -> None:
+        """Log what was reaped since the last summary, then stop watching."""
+        self.log_summary()
+        super().close()
 
     async def reap_pending(self, stop: asyncio.Event | None = None) -> int:
         """Remove every known entry of ``remove/``, in worker-thread batches.
@@ -255,8 +301,8 @@ class Reaper(WatchedDirDaemon):
                     break
             for name in batch:
                 del self._pending[name]
-            files = queues = 0
-            for name, result in await asyncio.to_thread(self._reap_batch, batch):
+            files = queues = size = 0
+            for name, result, nbytes in await asyncio.to_thread(self._reap_batch, batch):
                 if isinstance(result, OSError):
                     # Not re-queued (that could spin); the next rescan finds it again.
                     logger.error("reap failed name=%s error=%s (retried at next rescan)", name, result)
@@ -267,12 +313,15 @@ class Reaper(WatchedDirDaemon):
                     logger.info("removed deleted queue directory name=%s", name)
                 else:
                     files += 1
-                    logger.debug("reaped name=%s", name)
+                    size += nbytes
+                    logger.debug("reaped name=%s bytes=%d", name, nbytes)
             if files or queues:
-                logger.info("reaped files=%d queues=%d", files, queues)
+                logger.debug("reaped batch files=%d bytes=%d queues=%d", files, size, queues)
+                self._count_reaped(files, size, queues)
             if self.metrics is not None:
                 self.metrics.files.inc(files)
                 self.metrics.queues.inc(queues)
+                self.metrics.bytes.inc(size)
             removed += files + queues
         return removed
 

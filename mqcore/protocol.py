@@ -396,7 +396,10 @@ class Store:
         differ = sorted(k for k, v in explicit.items() if current.get(k) != v)
         if differ:
             raise QueueNameExists(
-                f"queue {queue!r} exists with other values of {', '.join(differ)}", queue=queue, attributes=differ
+                f"queue {queue!r} exists with other values of {', '.join(differ)}; to change an existing queue's "
+                f"attributes use PUT /{queue}/attributes (mqctl queues attributes {queue} --set NAME=VALUE)",
+                queue=queue,
+                attributes=differ,
             )
 
     @staticmethod
