@@ -41,7 +41,6 @@ event loop; arrivals during a batch simply join the next one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
