@@ -56,6 +56,10 @@ class Settings:
     """Region in the ARNs of the SQS protocol (docs/sqs.md)."""
     sqs_credentials: str = ""
     """JSON file of access key id -> secret key: SQS requests must carry a valid SigV4 signature ("" = any)."""
+    metrics_max_queues: int = 1000
+    """Queues named in ``/metrics`` labels; the others are summed under ``queue="_other"`` (docs/metrics.md)."""
+    min_free_bytes: int = 0
+    """Free bytes of the root's filesystem below which sends get 507 and ``/readyz`` 503 (0 = only when full)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -88,6 +92,8 @@ class Settings:
                     "sqs-credentials needs botocore: pip install 'mq[sqs]'", key="sqs_credentials"
                 ) from None
             load_credentials(self.sqs_credentials)  # ConfigError (exit 78) at start for a bad file
+        _runtime.positive("metrics-max-queues", self.metrics_max_queues, allow_zero=True)
+        _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
 
     @property
     def queue_defaults(self) -> QueueAttributes:

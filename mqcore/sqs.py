@@ -103,6 +103,7 @@ _FROM_MQ: dict[str, str] = {
     "message_too_large": "InvalidParameterValue",
     "queue_full": "RequestThrottled",
     "storage_unavailable": "ServiceUnavailable",
+    "insufficient_storage": "ServiceUnavailable",
     "redrive_in_progress": "UnsupportedOperation",
     "redrive_not_running": "ResourceNotFoundException",
 }

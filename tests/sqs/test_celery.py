@@ -126,9 +126,15 @@ def test_celery_worker_runs_every_task_once_across_a_sigkill(stack: Any, tmp_pat
     def done() -> int:
         return len(os.listdir(out / "done"))
 
+    def running(pid: int) -> set[int]:
+        """Tasks worker ``pid`` started and has not completed."""
+        started = {int(n.split(".")[0]) for n in os.listdir(out / "started") if int(n.split(".")[1]) == pid}
+        return started - {int(n) for n in os.listdir(out / "done")}
+
     worker = start_worker(tmp_path, env, log)
     try:
-        wait_for(lambda: done() >= 20, 120, "the first worker did not complete 20 tasks", log)
+        # Killed after 20 completions, at a moment it is running tasks (not between two).
+        wait_for(lambda: done() >= 20 and running(worker.pid), 120, "the first worker did not complete 20 tasks", log)
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
