@@ -233,6 +233,10 @@ class StandaloneCluster:
                 raise ClusterError(f"spark worker {index} did not come back\n{worker.tail()}")
             time.sleep(0.1)
 
+    def pids(self) -> list[int]:
+        """The pids of the master's and the running workers' JVMs (executors are below the workers)."""
+        return [d.proc.pid for d in [self._master, *self._workers] if d is not None]
+
     def logs(self) -> str:
         """The ends of the master's and workers' logs (for a failure message)."""
         parts = [d for d in [self._master, *self._workers] if d is not None]
