@@ -133,10 +133,15 @@ class StandaloneCluster:
         cores: Cores each worker offers (apps take :data:`mqcore.spark.session.CLUSTER_CONF`'s
             ``spark.cores.max``, so two apps fit on two workers of 2 cores).
         memory: Memory each worker offers executors (``1g``, ``512m``).
+        java_options: More JVM options of the master and workers (e.g.
+            :data:`mqcore.spark.session.QUICK_JAVA_OPTIONS`).
     """
 
-    def __init__(self, work_dir: Path, *, workers: int = 2, cores: int = 2, memory: str = "2g") -> None:
+    def __init__(
+        self, work_dir: Path, *, workers: int = 2, cores: int = 2, memory: str = "2g", java_options: str = ""
+    ) -> None:
         self.work_dir = work_dir
+        self.java_options = java_options
         self.workers_wanted = workers
         self.cores = cores
         self.memory = memory
@@ -155,7 +160,7 @@ class StandaloneCluster:
             {
                 "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOCAL_DIRS": str(local),
-                "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={tmp}",
+                "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={tmp} {self.java_options}".strip(),
                 "SPARK_DAEMON_MEMORY": "256m",
                 "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON", sys.executable),
                 "TMPDIR": str(tmp),

@@ -37,6 +37,11 @@ BASE_CONF = {
     "spark.default.parallelism": "2",
 }
 
+#: JVM options for short runs on a small machine (tests, examples): the C1 compiler only and the
+#: serial collector, which spend far less CPU warming up than C2 and G1 (steady-state speed is lower:
+#: not for benchmarks).
+QUICK_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 #: Confs added on a standalone cluster: one core per executor, two executors per app, small heaps.
 CLUSTER_CONF = {
     "spark.cores.max": "2",
@@ -69,13 +74,19 @@ def scratch_conf(work_dir: Path) -> dict[str, str]:
     }
 
 
-def session_conf(master: str, work_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def session_conf(
+    master: str, work_dir: Path, extra: Mapping[str, str] | None = None, *, quick_jvm: bool = False
+) -> dict[str, str]:
     """Every conf :func:`spark_session` sets: base, scratch, cluster (for ``spark://``) and ``extra`` last.
 
     ``extra`` values for ``spark.driver.extraJavaOptions`` / ``spark.executor.extraJavaOptions``
-    are appended to the scratch options rather than replacing them.
+    are appended to the scratch options rather than replacing them; so are
+    :data:`QUICK_JAVA_OPTIONS` with ``quick_jvm``.
     """
     conf = {**BASE_CONF, **scratch_conf(work_dir)}
+    if quick_jvm:
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            conf[key] = f"{conf[key]} {QUICK_JAVA_OPTIONS}"
     if master.startswith("spark://"):
         conf.update(CLUSTER_CONF)
         # On a cluster Spark warns that spark.local.dir is the cluster manager's business; the
@@ -96,6 +107,7 @@ def spark_session(
     app_name: str = "mq",
     extra: Mapping[str, str] | None = None,
     log_level: str = "ERROR",
+    quick_jvm: bool = False,
 ) -> Any:
     """Start (or get) a SparkSession on ``master`` with ``mq`` registered and scratch files in ``work_dir``.
 
@@ -109,6 +121,7 @@ def spark_session(
         app_name: The application's name (the cluster's master shows it).
         extra: More confs (e.g. ``spark.driver.memory``), applied last.
         log_level: The driver's log level after start.
+        quick_jvm: Start the driver's and executors' JVMs with :data:`QUICK_JAVA_OPTIONS` (short runs).
     Returns:
         The ``pyspark.sql.SparkSession``.
     Raises:
@@ -124,7 +137,7 @@ def spark_session(
         import mqcore.spark
 
         builder = SparkSession.builder.master(master).appName(app_name)
-        for key, value in session_conf(master, work_dir, extra).items():
+        for key, value in session_conf(master, work_dir, extra, quick_jvm=quick_jvm).items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)

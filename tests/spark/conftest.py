@@ -94,14 +94,17 @@ def spark_cluster(tmp_baseline: set[str], tmp_path_factory: pytest.TempPathFacto
 
     Each worker offers 2 cores and 2 GB; an app takes 2 cores (one executor per worker), so the
     run's shared session and one job it starts in a subprocess (crash test, flights example)
-    fit at once. Every process is killed by process group and tree at the end.
+    fit at once. The JVMs run with QUICK_JAVA_OPTIONS (C1 only, serial GC: much less CPU spent
+    warming up on a 2-core machine). Every process is killed by process group and tree at the end.
     """
     reason = _missing()
     if reason is not None:
         spark_unavailable(reason)
     from mqcore.spark.cluster import StandaloneCluster
+    from mqcore.spark.session import QUICK_JAVA_OPTIONS
 
-    with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=2, memory="2g") as cluster:
+    work = tmp_path_factory.mktemp("spark-cluster")
+    with StandaloneCluster(work, workers=2, cores=2, memory="2g", java_options=QUICK_JAVA_OPTIONS) as cluster:
         yield cluster
 
 
@@ -119,7 +122,8 @@ def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     saved = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
-        session = spark_session(spark_cluster.url, tmp_path_factory.mktemp("spark-driver"), app_name="mq-tests")
+        work = tmp_path_factory.mktemp("spark-driver")
+        session = spark_session(spark_cluster.url, work, app_name="mq-tests", quick_jvm=True)
         yield session
         session.stop()
     finally:

@@ -106,7 +106,9 @@ def _job(argv: list[str]) -> int:
 
     from mqcore.spark.session import spark_session
 
-    spark = spark_session(args.master, Path(args.work_dir), app_name="mq-crash-stream")
+    # One executor (the app's own JVM to start on a loaded 2-core machine is the cost of this test).
+    extra = {"spark.cores.max": "1"}
+    spark = spark_session(args.master, Path(args.work_dir), app_name="mq-crash-stream", extra=extra, quick_jvm=True)
     run = f"stream-{os.getpid()}"
     _log(f"session started ({run})")
     start_query(spark, args, run, processingTime="0.5 seconds").awaitTermination()  # until SIGKILL
