@@ -37,16 +37,22 @@ SPARK_CONF = {
 }
 
 
-def spark_session(work_dir: Path, app_name: str = "mq-flights", master: str = "local[2]") -> SparkSession:
+def spark_session(
+    work_dir: Path, app_name: str = "mq-flights", master: str = "local[2]", conf: dict[str, str] | None = None
+) -> SparkSession:
     """A SparkSession on ``master`` (``local[N]`` or ``spark://host:port``) with the ``mq`` data source registered.
 
     The settings are mqcore.spark.session's: ``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` (so
     Python workers run this interpreter, which has mq installed) unless set, and every
-    scratch folder of Spark under ``work_dir`` (nothing is left in /tmp).
+    scratch folder of Spark under ``work_dir`` (nothing is left in /tmp). ``conf`` adds Spark
+    confs (``--conf``); ``*.extraJavaOptions`` are appended to this example's, not replacing them.
     """
     from mqcore.spark.session import spark_session as start
 
-    return start(master, work_dir, app_name=app_name, extra=SPARK_CONF)
+    extra = dict(SPARK_CONF)
+    for key, value in (conf or {}).items():
+        extra[key] = f"{extra[key]} {value}" if key.endswith(".extraJavaOptions") and key in extra else value
+    return start(master, work_dir, app_name=app_name, extra=extra)
 
 
 @dataclass
