@@ -27,16 +27,31 @@ real disk, default ``./var/bench-root-spark``; or ``--url`` for a running server
     written with ``df.write.format("mq").mode("append").save()``. The queues'
     prefills, done by ``--prefill-threads`` threads of ``Client.send_batch``
     (batches of 10), are the HTTP baseline of this direction.
+``source_prefetch``
+    ``source`` with the source option ``prefetch=true`` (the next micro-batch is
+    leased while Spark processes the current one).
 ``stream_sink``
     The same rows written by a streaming query: Parquet files (written first,
     not timed) read with ``readStream`` and ``trigger(availableNow=True)`` into
     ``writeStream.format("mq")``.
+``backlog``
+    A queue of ``--backlog`` messages (default 1,000,000) drained by one
+    availableNow run into noop, with the driver's RSS (this process, its JVM and
+    the JVM's Python children: the source's driver-side runner) sampled every
+    0.5 s: the peak, and samples over the run (flat = the driver holds one
+    micro-batch at a time, whatever the backlog).
 
-The bar (issue 5): source messages/s >= 0.5 x the HTTP receive+delete
-messages/s (the better of the thread counts). The Spark session is local[2]
-with the fast, quiet settings of the project's notes on PySpark; before any
-part it runs a warm-up (a tiny streaming read and a tiny write) so that the
-first Spark part does not pay the first query's costs alone.
+The bars. Issue 5: source messages/s >= 0.5 x the HTTP receive+delete
+messages/s (the better of the thread counts). Issue 17, on the standalone
+cluster: source >= 1.0 x HTTP receive+delete with the same total concurrency
+(the driver's requests in flight, ``DRIVER_THREADS`` = 4: the 4-thread HTTP
+figure), and the streaming write >= 0.8 x the HTTP ``send_batch`` rate (the
+prefills). ``--master cluster`` (the default) starts a standalone cluster
+(mqcore.spark.cluster: a master and 2 workers of 2 cores; the app gets 2
+executors of 1 core); ``--master local[2]`` measures in one JVM. Settings are
+mqcore.spark.session's; before any part a warm-up (a tiny streaming read and a
+tiny write) runs so that the first Spark part does not pay the first query's
+costs alone.
 
 It prints ONE JSON object on stdout (also saved in ``bench/results/spark-<time>.json``),
 progress on stderr, daemon logs in ``var/bench-logs/spark-<time>/``. Usage,
@@ -46,6 +61,8 @@ from the repository root (needs the ``spark`` extra and Java 17)::
     .venv/bin/python bench/spark.py --quick              # 5,000 messages per part
     .venv/bin/python bench/spark.py --parts source,http  # some parts, in this order
     .venv/bin/python bench/spark.py --max-messages-per-batch 2000 --body-bytes 256
+    .venv/bin/python bench/spark.py --parts http,source,source_prefetch,sink,stream_sink,backlog \
+        --messages 20000 --backlog 100000 --quiet-timeout 10    # issue 17's figures on a shared machine
 """
 
 from __future__ import annotations
@@ -84,9 +101,16 @@ from bench.run import (
 from mqcore.client import Client
 
 #: Parts of a run, in the default order.
-PARTS = ("http", "source", "sink", "stream_sink")
+PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink", "backlog")
+#: Parts run without --parts (the backlog part is long: ask for it).
+DEFAULT_PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink")
 #: Bar of issue 5: the source's messages/s over the HTTP receive+delete messages/s.
 BAR_SOURCE_OVER_HTTP = 0.5
+#: Bars of issue 17 (on the standalone cluster): the source over HTTP receive+delete with the same
+#: total concurrency (the driver's requests in flight, mqcore.spark._read.DRIVER_THREADS), and the
+#: streaming write over HTTP send_batch (the prefills: --prefill-threads threads).
+BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY = 1.0
+BAR_STREAM_SINK_OVER_HTTP_SEND = 0.8
 #: Messages per part (default, and with --quick).
 MESSAGES, QUICK_MESSAGES = 50_000, 5_000
 #: Entries per send_batch request of the prefills (mq's default --max-batch-messages).
@@ -143,8 +167,9 @@ class PartMeter:
     """:class:`~bench.run.CpuMeter` plus the Spark JVM's process tree (JVM + Python workers), and the
     processes outside the benchmark that used the most CPU (other developers' loads, kernel threads)."""
 
-    def __init__(self, daemons: Daemons | None, jvm_pid: int | None) -> None:
+    def __init__(self, daemons: Daemons | None, jvm_pid: int | None, cluster_pids: tuple[int, ...] = ()) -> None:
         self.jvm_pid = jvm_pid
+        self.cluster_pids = cluster_pids
         self.ours = {os.getpid(), *(daemons.pids().values() if daemons is not None else ())}
         self.p0, self.own0 = _processes(children=True), _processes(children=False)
         self.meter = CpuMeter(daemons.pids() if daemons is not None else {})
@@ -155,6 +180,8 @@ class PartMeter:
         p1, own1 = _processes(children=True), _processes(children=False)
         wall = out["wall_s"] or 1.0
         spark = _tree(p1, self.jvm_pid) if self.jvm_pid else set()
+        for root in self.cluster_pids:  # the standalone cluster's master, workers, executors, Python workers
+            spark |= _tree(p1, root)
         with_children = {pid: p1[pid][1] - self.p0[pid][1] if pid in self.p0 else p1[pid][1] for pid in p1}
         delta = {pid: own1[pid][1] - self.own0[pid][1] if pid in self.own0 else own1[pid][1] for pid in own1}
         if self.jvm_pid:
@@ -299,6 +326,8 @@ class SparkBench:
         self.remove_dir = Path(args.root).resolve() / "mq" / "remove" if daemons is not None else None
         self.spark: Any = None
         self.jvm_pid: int | None = None
+        self.cluster: Any = None
+        self.cluster_pids: tuple[int, ...] = ()
         self.prefills: list[dict[str, Any]] = []
         self.queues: list[str] = []
 
@@ -309,7 +338,7 @@ class SparkBench:
             self.daemons.check_alive()
 
     def meter(self) -> PartMeter:
-        return PartMeter(self.daemons, self.jvm_pid)
+        return PartMeter(self.daemons, self.jvm_pid, self.cluster_pids)
 
     def settle(self, timeout_s: float = 300.0) -> float:
         """Wait until mq-reaper has unlinked every deleted message (own stack only); return the wait."""
@@ -464,35 +493,32 @@ class SparkBench:
     # -- Spark --
 
     def start_spark(self) -> dict[str, Any]:
-        """Start the local[2] session (fast, quiet settings), register ``mq``, warm up; time each."""
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        """Start the standalone cluster (``--master cluster``) and the session, register ``mq``, warm up; time each."""
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        log("starting the Spark session (local[2])")
+        from mqcore.spark.session import spark_session
+
+        master = self.args.master
+        res: dict[str, Any] = {}
+        if master == "cluster":
+            from mqcore.spark.cluster import StandaloneCluster
+
+            log("starting the Spark standalone cluster (a master, 2 workers of 2 cores)")
+            t0 = time.monotonic()
+            self.cluster = StandaloneCluster(self.work / "cluster", workers=2, cores=2, memory="2g").start()
+            master = self.cluster.url
+            self.cluster_pids = tuple(self.cluster.pids())
+            res["cluster_start_s"] = round(time.monotonic() - t0, 2)
+            log(f"  cluster up in {res['cluster_start_s']:.1f} s at {master}")
+        log(f"starting the Spark session ({master})")
         t0 = time.monotonic()
-        from pyspark.sql import SparkSession
-
-        from mqcore.spark import register
-
-        builder = (
-            SparkSession.builder.master("local[2]")
-            .appName("mq-bench-spark")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            .config("spark.driver.memory", self.args.driver_memory)
-        )
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        extra = {"spark.driver.memory": self.args.driver_memory}
+        spark = spark_session(master, self.work / "driver", app_name="mq-bench-spark", extra=extra)
         session_s = time.monotonic() - t0
         self.spark = spark
         with contextlib.suppress(AttributeError):
             self.jvm_pid = spark.sparkContext._gateway.proc.pid
-        res: dict[str, Any] = {"session_start_s": round(session_s, 2), "warmup_s": 0.0}
+        res.update({"session_start_s": round(session_s, 2), "warmup_s": 0.0})
         log(f"  session up in {session_s:.1f} s")
         if not self.args.no_warmup:
             t1 = time.monotonic()
@@ -518,7 +544,7 @@ class SparkBench:
         return w.format("mq").option("url", self.url).option("queue", queue).option("batchSize", self.args.batch_size)
 
     def _stream_read(
-        self, queue: str, checkpoint: Path, *, max_batch: int, sample: bool = False
+        self, queue: str, checkpoint: Path, *, max_batch: int, sample: bool = False, prefetch: bool = False
     ) -> tuple[float, list[dict[str, Any]], dict[str, Any]]:
         """Run ``mq`` -> noop with availableNow to the end.
 
@@ -549,6 +575,7 @@ class SparkBench:
                 .option("queue", queue)
                 .option("maxMessagesPerBatch", max_batch)
                 .option("numPartitions", self.args.partitions)
+                .option("prefetch", str(prefetch).lower())
                 .load()
             )
             query = (
@@ -606,21 +633,23 @@ class SparkBench:
             ],
         }
 
-    def source(self, startup: dict[str, Any]) -> dict[str, Any]:
-        """Messages/s out of Spark: availableNow streaming read of a full queue into noop."""
+    def source(self, startup: dict[str, Any], *, prefetch: bool = False) -> dict[str, Any]:
+        """Messages/s out of Spark: availableNow streaming read of a full queue into noop (``prefetch`` option)."""
         n = self.args.messages
-        queue = self.queue("spark-bench-source")
+        queue = self.queue("spark-bench-source-prefetch" if prefetch else "spark-bench-source")
         self.prefill(queue, n, what="source")
         before = self.before_part()
         max_batch = self.args.max_messages_per_batch
         log(f"source: availableNow read of {n:,} messages, maxMessagesPerBatch {max_batch}")
-        checkpoint = self.work / "ck-source"
+        checkpoint = self.work / ("ck-source-prefetch" if prefetch else "ck-source")
         meter = self.meter()
         profiler = (
             Profiler(Path(self.args.profile), self.jvm_pid, "source") if self.args.profile and self.jvm_pid else None
         )
         try:
-            seconds, progress, timing = self._stream_read(queue, checkpoint, max_batch=max_batch, sample=True)
+            seconds, progress, timing = self._stream_read(
+                queue, checkpoint, max_batch=max_batch, sample=True, prefetch=prefetch
+            )
         finally:
             profiles = profiler.stop() if profiler is not None else []
         cpu = meter.stop(n)
@@ -734,9 +763,85 @@ class SparkBench:
             raise RuntimeError(f"the streaming sink wrote {ready} messages of {n}")
         return res
 
+    def backlog(self) -> dict[str, Any]:
+        """A ``--backlog`` queue drained by one availableNow run; the driver's RSS sampled every 0.5 s.
+
+        The driver is this process, its JVM (the gateway) and the JVM's Python children (the
+        data source's driver-side runner, which holds one micro-batch at a time).
+        """
+        n = self.args.backlog
+        queue = self.queue("spark-bench-backlog")
+        self.prefill(queue, n, what="backlog")
+        before = self.before_part()
+        max_batch = self.args.max_messages_per_batch
+        log(f"backlog: availableNow drain of {n:,} messages, maxMessagesPerBatch {max_batch}, driver RSS sampled")
+        samples: list[tuple[float, int, int, int]] = []
+        stop = threading.Event()
+        t0 = time.monotonic()
+
+        def rss_kb(pid: int) -> int:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+            return 0
+
+        def sampler() -> None:
+            while not stop.is_set():
+                jvm = py = 0
+                if self.jvm_pid:
+                    jvm = rss_kb(self.jvm_pid)
+                    children = _tree(_processes(children=False), self.jvm_pid) - {self.jvm_pid}
+                    py = sum(rss_kb(pid) for pid in children)
+                samples.append((round(time.monotonic() - t0, 1), rss_kb(os.getpid()), jvm, py))
+                stop.wait(0.5)
+
+        thread = threading.Thread(target=sampler, name="bench-rss", daemon=True)
+        meter = self.meter()
+        thread.start()
+        try:
+            seconds, progress, _ = self._stream_read(queue, self.work / "ck-backlog", max_batch=max_batch)
+        finally:
+            stop.set()
+            thread.join()
+        cpu = meter.stop(n)
+        self._alive()
+        rows = sum(int(p.get("numInputRows", 0)) for p in progress)
+        left = self.client.queue_stats(queue)
+        totals = [b + j + p for _, b, j, p in samples]
+        mib = 1024.0
+        every = max(1, len(samples) // 20)
+        res = {
+            "queue": queue,
+            "messages": n,
+            "rows": rows,
+            "max_messages_per_batch": max_batch,
+            "query_s": round(seconds, 2),
+            "msgs_per_s": round(rows / seconds, 1),
+            "driver_peak_rss_mib": round(max(totals, default=0) / mib, 1),
+            "driver_peak_rss_mib_by_process": {
+                "bench_python": round(max((s[1] for s in samples), default=0) / mib, 1),
+                "driver_jvm": round(max((s[2] for s in samples), default=0) / mib, 1),
+                "driver_python_children": round(max((s[3] for s in samples), default=0) / mib, 1),
+            },
+            "driver_rss_mib_samples": [[t, round((b + j + p) / mib, 1)] for t, b, j, p in samples[::every]],
+            "queue_after": {k: left.get(k) for k in ("ready", "in_flight", "delayed")},
+            "before": before,
+            "cpu": cpu,
+        }
+        log(
+            f"  {rows:,} rows in {seconds:.1f} s ({res['msgs_per_s']:,} msgs/s); "
+            f"driver peak RSS {res['driver_peak_rss_mib']:,} MiB; left {res['queue_after']}"
+        )
+        if rows < n:
+            raise RuntimeError(f"the backlog drain delivered {rows} rows of {n}")
+        return res
+
     def close(self) -> None:
         if self.spark is not None:
             self.spark.stop()
+        if self.cluster is not None:
+            self.cluster.stop()
         self.client.close()
 
 
@@ -788,6 +893,30 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
         "bar": BAR_SOURCE_OVER_HTTP,
         "met": value is not None and value >= BAR_SOURCE_OVER_HTTP,
     }
+    from mqcore.spark._read import DRIVER_THREADS
+
+    same = http.get(f"threads_{DRIVER_THREADS}")
+    for part in ("source", "source_prefetch"):
+        if part in result and same:
+            ratio = _ratio(result[part]["msgs_per_s"], same)
+            out[f"bar_{part}_over_http_same_concurrency"] = {
+                "value": ratio,
+                "http_threads": DRIVER_THREADS,
+                "bar": BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
+                "met": ratio is not None and ratio >= BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
+            }
+    sink_rate = result.get("stream_sink", {}).get("msgs_per_s")
+    send_rate = max(prefill_rates, default=None)
+    if sink_rate and send_rate:
+        ratio = _ratio(sink_rate, send_rate)
+        out["bar_stream_sink_over_http_send"] = {
+            "value": ratio,
+            "http_send_msgs_per_s": send_rate,
+            "bar": BAR_STREAM_SINK_OVER_HTTP_SEND,
+            "met": ratio is not None and ratio >= BAR_STREAM_SINK_OVER_HTTP_SEND,
+        }
+    if "backlog" in result:
+        out["backlog"] = {k: result["backlog"][k] for k in ("messages", "msgs_per_s", "driver_peak_rss_mib")}
     return out
 
 
@@ -817,7 +946,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--http-threads", default="1,4", help="thread counts of the HTTP receive+delete loops (default 1,4)")
     p.add_argument("--prefill-threads", type=int, default=4, help="threads of send_batch for the prefills (default 4)")
     p.add_argument(
-        "--parts", default=",".join(PARTS), help=f"comma-separated parts, run in this order (default {','.join(PARTS)})"
+        "--parts",
+        default=",".join(DEFAULT_PARTS),
+        help=f"comma-separated parts of {','.join(PARTS)}, run in this order (default {','.join(DEFAULT_PARTS)})",
     )
     p.add_argument("--pause", type=float, default=2.0, help="seconds of quiet before each measured part (default 2)")
     p.add_argument(
@@ -831,6 +962,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-warmup", action="store_true", help="no warm-up query after the session starts")
     p.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
+    p.add_argument(
+        "--master",
+        default="cluster",
+        help="cluster (start a standalone cluster: a master and 2 workers, default), local[N] or spark://HOST:PORT",
+    )
+    p.add_argument("--backlog", type=int, default=1_000_000, help="messages of the backlog part (default 1,000,000)")
     p.add_argument("--url", help="measure this running mq instead of starting one (queues get a per-run name)")
     p.add_argument(
         "--root", default=str(REPO_DIR / "var" / "bench-root-spark"), help="bench root (default ./var/bench-root-spark)"
@@ -871,7 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
     machine.pop("wrk", None)
     machine.update(_versions())
     result: dict[str, Any] = {
-        "benchmark": "mq issue 5: Spark data source",
+        "benchmark": "mq issues 5 and 17: Spark data source",
         "started_at": started.isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine,
@@ -885,7 +1022,9 @@ def main(argv: list[str] | None = None) -> int:
             "sink_batch_size": args.batch_size,
             "http_threads": args.http_threads,
             "prefill_threads": args.prefill_threads,
-            "spark": "local[2], ui off, shuffle partitions 2, log level ERROR, driver memory " + args.driver_memory,
+            "spark": f"{args.master}, ui off, shuffle partitions 2, log level ERROR, driver memory {args.driver_memory}"
+            + (", 2 workers x 2 cores, 2 executors x 1 core x 512 MiB" if args.master != "local[2]" else ""),
+            "backlog": args.backlog,
             "warmup": not args.no_warmup,
             "profiled_with_py_spy": bool(args.profile),
             "server": "own (mq + mq-mover + mq-reaper started by the bench)" if own_server else args.url,
@@ -906,7 +1045,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.url
         result["config"]["url"] = url
         bench = SparkBench(args, url, daemons, work)
-        spark_parts = {"source", "sink", "stream_sink"} & set(args.parts)
+        spark_parts = {"source", "source_prefetch", "sink", "stream_sink", "backlog"} & set(args.parts)
         startup: dict[str, Any] = {"startup_total_s": 0.0}
         if spark_parts:
             startup = bench.start_spark()
@@ -916,10 +1055,14 @@ def main(argv: list[str] | None = None) -> int:
                 result["http"] = bench.http()
             elif part == "source":
                 result["source"] = bench.source(startup)
+            elif part == "source_prefetch":
+                result["source_prefetch"] = bench.source(startup, prefetch=True)
             elif part == "sink":
                 result["sink"] = bench.sink()
             elif part == "stream_sink":
                 result["stream_sink"] = bench.stream_sink()
+            elif part == "backlog":
+                result["backlog"] = bench.backlog()
     except (RuntimeError, OSError) as exc:
         failed = f"{type(exc).__name__}: {exc}"
         log(f"FAILED: {failed}")

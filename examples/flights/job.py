@@ -17,10 +17,7 @@ same table; and the source delivers at least once, so the job drops messages who
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,40 +31,28 @@ if TYPE_CHECKING:
 #: Spark's log settings for this example: errors only (the default also prints INFO and WARN lines).
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
-#: Spark settings for a quick, quiet local run on a small machine.
+#: Spark settings of this example on top of mqcore.spark.session's (quick, quiet, scratch in the work dir).
 SPARK_CONF = {
     "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
 }
 
 
-def spark_session(app_name: str = "mq-flights", master: str = "local[2]") -> SparkSession:
-    """A local SparkSession with the ``mq`` data source registered.
+def spark_session(
+    work_dir: Path, app_name: str = "mq-flights", master: str = "local[2]", conf: dict[str, str] | None = None
+) -> SparkSession:
+    """A SparkSession on ``master`` (``local[N]`` or ``spark://host:port``) with the ``mq`` data source registered.
 
-    Sets ``SPARK_LOCAL_IP`` (so the JVM does not warn about the host name) and
-    ``PYSPARK_PYTHON`` (so Python workers run this interpreter, which has mq installed)
-    unless they are set already.
+    The settings are mqcore.spark.session's: ``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` (so
+    Python workers run this interpreter, which has mq installed) unless set, and every
+    scratch folder of Spark under ``work_dir`` (nothing is left in /tmp). ``conf`` adds Spark
+    confs (``--conf``); ``*.extraJavaOptions`` are appended to this example's, not replacing them.
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # pyspark warns at import when pandas 3 is installed; this job does not use pandas.
-    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-    from pyspark.sql import SparkSession
+    from mqcore.spark.session import spark_session as start
 
-    import mqcore.spark
-
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in SPARK_CONF.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    mqcore.spark.register(spark)
-    return spark
+    extra = dict(SPARK_CONF)
+    for key, value in (conf or {}).items():
+        extra[key] = f"{extra[key]} {value}" if key.endswith(".extraJavaOptions") and key in extra else value
+    return start(master, work_dir, app_name=app_name, extra=extra)
 
 
 @dataclass

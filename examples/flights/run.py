@@ -88,6 +88,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=10_000,
         help="the source's maxMessagesPerBatch (default: 10000)",
     )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master: local[N] or a standalone cluster's spark://host:port (default: local[2])",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark conf for the job's session, as spark-submit's --conf (repeatable)",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after this many seconds (default: 3600)")
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
@@ -100,6 +112,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--batch-size must be 1-1000")
     if args.url and not args.url.startswith(("http://", "https://")):
         parser.error("--url must start with http:// or https://")
+    confs = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--conf {item!r} is not KEY=VALUE")
+        confs[key.strip()] = value
+    args.conf = confs
     return args
 
 
@@ -146,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     finished = False
     with ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, checkpoint, ignore_errors=True)
+        cleanup.callback(shutil.rmtree, workdir / "spark", ignore_errors=True)
         cleanup.callback(_remove_unless_holds, workdir, output)
         if args.url:
             target, where = args.url, f"mq at {args.url}"
@@ -176,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
 
         from examples.flights import job
 
-        spark = job.spark_session()
+        spark = job.spark_session(workdir / "spark", master=args.master, conf=args.conf)
         cleanup.callback(spark.stop)
         source = {
             "root" if args.root else "url": target,

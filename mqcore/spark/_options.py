@@ -46,7 +46,8 @@ Mode = Literal["read", "stream", "load", "write"]
 _COMMON = {"url", "root", "queue", "path"}
 _KNOWN: dict[Mode, set[str]] = {
     "read": _COMMON | {"queues", "numpartitions", "pagesize", "includedeadletters"},
-    "stream": _COMMON | {"queues", "consumer", "maxmessagesperbatch", "visibilitytimeoutseconds", "numpartitions"},
+    "stream": _COMMON
+    | {"queues", "consumer", "maxmessagesperbatch", "visibilitytimeoutseconds", "numpartitions", "prefetch"},
     "write": _COMMON | {"batchsize", "contenttype"},
 }
 #: ``load()`` does not tell a batch read from a streaming one: it accepts the options of either.
@@ -74,6 +75,7 @@ class SourceOptions:
         visibility_timeout_seconds: Lease length of the streaming read, seconds (1-43,200).
         batch_size: Entries per ``send_batch`` request of a write.
         content_type: Content-Type of string bodies written.
+        prefetch: Streaming read: lease the next micro-batch while Spark processes the current one.
     """
 
     target: str
@@ -86,6 +88,7 @@ class SourceOptions:
     visibility_timeout_seconds: int = DEFAULT_VISIBILITY_TIMEOUT_SECONDS
     batch_size: int = DEFAULT_BATCH_SIZE
     content_type: str = DEFAULT_CONTENT_TYPE
+    prefetch: bool = False
 
     def connect(self) -> Client | LocalClient:
         """A new client of :attr:`target` (the caller closes it)."""
@@ -187,4 +190,5 @@ def parse(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         ),
         batch_size=_integer(options, "batchsize", "batchSize", DEFAULT_BATCH_SIZE, 1, 1000),
         content_type=str(options.get("contenttype", DEFAULT_CONTENT_TYPE)),
+        prefetch=_boolean(options, "prefetch", "prefetch", False),
     )

@@ -38,7 +38,7 @@ import math
 import secrets
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,8 +65,10 @@ IN_FLIGHT = "in_flight"
 RECEIVE_MAX_MESSAGES = 10
 #: Receives in flight at once while the driver leases a micro-batch (each with its own attempt id).
 LEASE_THREADS = 4
-#: ``delete_by_ids`` calls in flight at once while the driver acknowledges a micro-batch.
+#: ``delete_batch`` / ``delete_by_ids`` calls in flight at once while the driver acknowledges a micro-batch.
 ACK_THREADS = 4
+#: Requests in flight at once on the driver in all (leases of the next batch and acks share them).
+DRIVER_THREADS = max(LEASE_THREADS, ACK_THREADS)
 #: Acknowledged sequence numbers remembered to skip repeated acks (``latestOffset`` then ``commit``).
 REMEMBERED_ACKS = 64
 
@@ -182,6 +184,8 @@ class _Driver:
     pool: ThreadPoolExecutor
     #: Leased and not yet acknowledged batches: seq -> messages (id order).
     batches: dict[int, list[MessageTuple]] = field(default_factory=dict)
+    #: Receipt handles of the messages this process leased: seq -> {message id: handle} (acks by handle).
+    handles: dict[int, dict[str, str]] = field(default_factory=dict)
     #: Recently acknowledged seqs (acks repeat: ``latestOffset`` and ``commit``).
     acked: list[int] = field(default_factory=list)
     #: ``availableNow``: messages still to lease in this run (None = no bound).
@@ -190,8 +194,12 @@ class _Driver:
     nonce: str = field(default_factory=lambda: secrets.token_hex(4))
     #: Seqs whose plain attempt ids got an empty answer in this process: they use ``<id>:<nonce>``.
     fresh_ids: set[int] = field(default_factory=set)
-    #: Guards :attr:`fresh_ids` (the lease threads share it).
+    #: Guards :attr:`fresh_ids` and :attr:`handles` (the lease and ack threads share them).
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The next batch's lease, started in the background once this one is planned: (seq, future).
+    prefetch: tuple[int, Future[list[MessageTuple]]] | None = None
+    #: Runs the prefetch (its receives go through :attr:`pool`).
+    prefetcher: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "mq-spark-prefetch"))
 
 
 def _offset(seq: int, messages: Mapping[str, Sequence[str]]) -> dict[str, Any]:
@@ -215,8 +223,7 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _state(self) -> _Driver:
         if self._driver is None:
-            threads = max(LEASE_THREADS, ACK_THREADS)
-            self._driver = _Driver(self._options.connect(), ThreadPoolExecutor(threads, "mq-spark"))
+            self._driver = _Driver(self._options.connect(), ThreadPoolExecutor(DRIVER_THREADS, "mq-spark"))
         return self._driver
 
     def initialOffset(self) -> dict[str, Any]:
@@ -254,14 +261,26 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             logger.warning("read limit %r not supported, using maxMessagesPerBatch=%d", limit, want)
         if state.budget is not None:
             want = min(want, state.budget)
+        ahead = self._take_prefetch(seq)
         if want <= 0:
+            self._release(ahead or [])
             return start
-        leased = self._lease(seq, want)
+        if ahead is None:
+            leased = self._lease(seq, want)
+        else:
+            leased = ahead[:want]
+            self._release(ahead[want:])  # a smaller limit than the prefetch's (Spark's admission control)
         if not leased:
             return start
         if state.budget is not None:
             state.budget -= len(leased)
         state.batches[seq] = leased
+        # prefetch=true: lease the next batch while Spark processes this one (the daemon would idle meanwhile).
+        following = self._options.max_messages_per_batch
+        if state.budget is not None:
+            following = min(following, state.budget)
+        if self._options.prefetch and following > 0:
+            state.prefetch = (seq + 1, state.prefetcher.submit(self._lease, seq + 1, following))
         by_queue: dict[str, list[str]] = {}
         for item in leased:
             by_queue.setdefault(item[1], []).append(item[0])
@@ -290,24 +309,75 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """Close the driver's client (Spark may never call this; nothing depends on it)."""
         if self._driver is not None:
+            self._driver.prefetcher.shutdown(wait=True)
             self._driver.pool.shutdown(wait=False)
             self._driver.client.close()
             self._driver = None
 
+    def _take_prefetch(self, seq: int) -> list[MessageTuple] | None:
+        """The prefetched lease of batch ``seq`` (waiting for it), or None if there is none.
+
+        A prefetch for another batch (Spark planned differently) is released at once.
+
+        Raises:
+            MQError: The prefetch's receives failed (as a lease would).
+        """
+        state = self._state()
+        if state.prefetch is None:
+            return None
+        ahead_seq, future = state.prefetch
+        state.prefetch = None
+        items = future.result()
+        if ahead_seq == seq:
+            return items
+        self._release(items)
+        return None
+
+    def _release(self, items: Sequence[MessageTuple]) -> None:
+        """Make leased messages visible again at once (visibility 0); failures only delay them."""
+        if not items:
+            return
+        state = self._state()
+        with state.lock:
+            known = {i: h for handles in state.handles.values() for i, h in handles.items()}
+        by_queue: dict[str, list[tuple[str, int]]] = {}
+        for item in items:
+            if item[0] in known:
+                by_queue.setdefault(item[1], []).append((known[item[0]], 0))
+        for queue, entries in by_queue.items():
+            try:
+                state.client.change_visibility_batch(queue, entries)
+            except MQError as exc:
+                logger.warning("release failed, the messages come back after their visibility timeout: %s", exc)
+        logger.debug("released %d prefetched messages", len(items))
+
     def _ack(self, offset: Mapping[str, Any]) -> None:
-        """Delete the messages of a committed batch by id; MessageNotFound counts as done."""
+        """Delete the messages of a committed batch; MessageNotFound counts as done.
+
+        By receipt handle when this process leased them (the daemon's cheaper delete), by id
+        otherwise (after a restart) and for any handle the daemon refused (e.g. stale: the
+        message was leased again after its visibility timeout; it is still the committed
+        batch's message, so it is deleted by id as before).
+        """
         state = self._state()
         seq = int(offset["seq"])
         messages: Mapping[str, list[str]] = offset.get("messages") or {}
         if seq == 0 or seq in state.acked:
             return
-        jobs = []
+        with state.lock:
+            known = dict(state.handles.get(seq, {}))
+        jobs: list[tuple[str, list[str], list[str] | None]] = []
         for queue, ids in messages.items():
             chunk = max(RECEIVE_MAX_MESSAGES, math.ceil(len(ids) / ACK_THREADS))
-            jobs += [(queue, ids[i : i + chunk]) for i in range(0, len(ids), chunk)]
+            by_handle = [i for i in ids if i in known]
+            by_id = [i for i in ids if i not in known]
+            for i in range(0, len(by_handle), chunk):
+                part = by_handle[i : i + chunk]
+                jobs.append((queue, part, [known[m] for m in part]))
+            jobs += [(queue, by_id[i : i + chunk], None) for i in range(0, len(by_id), chunk)]
         deleted = missing = 0
         failures: list[MQError] = []
-        for (queue, _), results in zip(jobs, state.pool.map(lambda job: self._delete(*job), jobs), strict=True):
+        for (queue, _, _), results in zip(jobs, state.pool.map(lambda job: self._delete(*job), jobs), strict=True):
             for result in results:
                 if result is None:
                     deleted += 1
@@ -322,11 +392,23 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         del state.acked[:-REMEMBERED_ACKS]
         for old in [s for s in state.batches if s <= seq]:
             del state.batches[old]
+        with state.lock:
+            for old in [s for s in state.handles if s <= seq]:
+                del state.handles[old]
         logger.debug("acked seq=%d deleted=%d already_gone=%d", seq, deleted, missing)
 
-    def _delete(self, queue: str, ids: list[str]) -> list[MQError | None]:
+    def _delete(self, queue: str, ids: list[str], handles: list[str] | None) -> list[MQError | None]:
+        """Delete ``ids`` of ``queue`` (by their ``handles`` first, if given); one result per id."""
+        client = self._state().client
         try:
-            return self._state().client.delete_by_ids(queue, ids)
+            if handles is None:
+                return client.delete_by_ids(queue, ids)
+            results = client.delete_batch(queue, handles)
+            retry = [k for k, r in enumerate(results) if r is not None and not isinstance(r, MessageNotFound)]
+            if retry:
+                for k, result in zip(retry, client.delete_by_ids(queue, [ids[k] for k in retry]), strict=True):
+                    results[k] = result
+            return results
         except QueueNotFound:
             logger.warning("queue deleted, its leased messages are gone queue=%s", queue)
             return [None] * len(ids)
@@ -371,6 +453,8 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for future in [state.pool.submit(take) for _ in range(threads)]:
             future.result()
         got.sort(key=lambda m: m.message_id)
+        with state.lock:
+            state.handles.setdefault(seq, {}).update((m.message_id, m.receipt_handle) for m in got)
         return [_as_tuple(m, queue, IN_FLIGHT) for m in got]
 
     def _receive(self, queue: str, n: int, seq: int, k: int) -> list[Message]:

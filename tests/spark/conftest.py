@@ -1,10 +1,11 @@
-"""One local SparkSession for every Spark test of the run, with the ``mq`` data source registered.
+"""One Spark standalone cluster and one SparkSession on it for every Spark test of the run.
 
-The session is ``local[2]`` with the quiet, fast settings measured on this kind of
-machine (shared/notes/pyspark.md): the driver bound to 127.0.0.1, no UI, no
-console progress, 2 shuffle partitions, log level ERROR, and the workers running
-this interpreter (``PYSPARK_PYTHON``) so they see the project's packages. Starting
-it costs 6-11 s, so it is session-scoped and shared by every Spark test module.
+The cluster (a master and two workers from pyspark's launch classes,
+mqcore.spark.cluster) and the session (mqcore.spark.session: the quiet, fast
+settings of shared/notes/pyspark.md, scratch folders under pytest's temp dir) cost
+30-60 s to start on a loaded 2-core machine, so both are session-scoped and shared
+by every Spark test module; tests that need a driver of their own (crash, flights
+example) submit it to the same cluster.
 
 Without pyspark, pyarrow or Java 17 a Spark test is skipped with the reason;
 under ``CI=true`` (where the Spark suite must run) it fails instead, as the
@@ -19,29 +20,11 @@ import re
 import shutil
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-#: Environment the session needs: set for its lifetime, restored afterwards.
-SPARK_ENV = {
-    # The hostname lookup warning is printed before any conf applies: only the environment silences it.
-    "SPARK_LOCAL_IP": "127.0.0.1",
-    # Workers must run this interpreter (the venv with mqcore, pyarrow), not python3 from PATH.
-    "PYSPARK_PYTHON": sys.executable,
-}
-
-#: Confs of the shared session (shared/notes/pyspark.md, "Fast, quiet start").
-SPARK_CONF = {
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-}
 
 #: Oldest Java Spark 4 runs on.
 MIN_JAVA = 17
@@ -84,41 +67,67 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The run's SparkSession (``local[2]``) with the ``mq`` format registered.
+#: Folder names Spark (and the flights example) would leave in /tmp if their scratch dirs were not redirected.
+TMP_LEFTOVERS = re.compile(r"^(spark-|blockmgr-|artifacts-|mq-flights-)")
 
-    Tests must not stop it or change its confs; streaming queries they start must be
-    stopped by them (or end, as ``availableNow`` runs do).
+
+def tmp_leftovers() -> set[str]:
+    """The entries of the system temp folder that look like Spark's or the flights example's scratch folders."""
+    return {name for name in os.listdir(tempfile.gettempdir()) if TMP_LEFTOVERS.match(name)}
+
+
+@pytest.fixture(scope="session")
+def leftovers() -> Callable[[], set[str]]:
+    """:func:`tmp_leftovers` (for tests)."""
+    return tmp_leftovers
+
+
+@pytest.fixture(scope="session")
+def tmp_baseline() -> set[str]:
+    """:func:`tmp_leftovers` before the run's first Spark process started (other runs' leftovers)."""
+    return tmp_leftovers()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_baseline: set[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The run's Spark standalone cluster: a master and two workers on 127.0.0.1 (mqcore.spark.cluster).
+
+    Each worker offers 2 cores and 2 GB; an app takes 2 cores (one executor per worker), so the
+    run's shared session and one job it starts in a subprocess (crash test, flights example)
+    fit at once. The JVMs run with QUICK_JAVA_OPTIONS (C1 only, serial GC: much less CPU spent
+    warming up on a 2-core machine). Every process is killed by process group and tree at the end.
     """
     reason = _missing()
     if reason is not None:
         spark_unavailable(reason)
-    saved = {key: os.environ.get(key) for key in SPARK_ENV}
-    os.environ.update(SPARK_ENV)
+    from mqcore.spark.cluster import StandaloneCluster
+    from mqcore.spark.session import QUICK_JAVA_OPTIONS
+
+    work = tmp_path_factory.mktemp("spark-cluster")
+    with StandaloneCluster(work, workers=2, cores=2, memory="2g", java_options=QUICK_JAVA_OPTIONS) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The run's SparkSession on :func:`spark_cluster`, with the ``mq`` format registered.
+
+    Its executors are separate JVMs with their own Python workers (they unpickle the source
+    and reach the daemon or the root themselves). Tests must not stop it or change its
+    confs; streaming queries they start must be stopped by them (or end, as ``availableNow``
+    runs do).
+    """
+    from mqcore.spark.session import spark_session
+
+    saved = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
-        with warnings.catch_warnings():
-            # pyspark 4.3 warns once, on its first import of pyspark.testing (during session start),
-            # that it does not fully support pandas >= 3 (installed here by the examples extra);
-            # the data source does not use pandas. Only that warning is ignored, only here.
-            warnings.filterwarnings(
-                "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
-            )
-            from pyspark.sql import SparkSession
-
-            import mqcore.spark
-
-            builder = SparkSession.builder.master("local[2]").appName("mq-tests")
-            for key, value in SPARK_CONF.items():
-                builder = builder.config(key, value)
-            session = builder.getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
-        mqcore.spark.register(session)
+        work = tmp_path_factory.mktemp("spark-driver")
+        session = spark_session(spark_cluster.url, work, app_name="mq-tests", quick_jvm=True)
         yield session
         session.stop()
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        if saved is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = saved

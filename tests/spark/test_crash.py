@@ -1,10 +1,11 @@
-"""Kill -9 a Spark streaming query that reads an mq queue mid-stream, restart it from its checkpoint: nothing is lost.
+"""Kill -9 the driver of a Spark streaming query that reads an mq queue mid-stream, restart it from its
+checkpoint on the cluster: nothing is lost.
 
-A real stack (tests/conftest.py) holds the queue. The streaming query runs in a
-subprocess (this file run as a script: ``python test_crash.py stream|drain ...``)
-started in its own process group; SIGKILL to that group takes down the Python
-driver and its JVM at once, as a machine crash would (the JVM's Python workers,
-which run in process groups of their own, exit when it dies). Its sink is a
+A real stack (tests/conftest.py) holds the queue. The streaming query's driver runs
+in a subprocess (this file run as a script) submitted to the run's standalone
+cluster (tests/spark/conftest.py), in its own process group; SIGKILL to that group
+takes down the Python driver and its JVM at once, as a machine crash would (the
+master then removes the application and its workers kill its executors). Its sink is a
 ``foreachBatch`` that writes each micro-batch's rows to a new JSON-lines file
 (written whole, then renamed) named after the batch and the run, so what reached
 the sink survives the crash and every delivery is counted, replays included.
@@ -15,7 +16,8 @@ which names its leased messages, is in the checkpoint), its rows have reached th
 sink, but it is not committed, because the sink holds batch 2 until the kill; and
 most messages are still in the queue. After the kill the test waits until what the
 dead job had leased is visible again (the source's short
-``visibilityTimeoutSeconds``), restarts the query from the same checkpoint with
+``visibilityTimeoutSeconds``), restarts the query from the same checkpoint in another
+driver (the run's shared session, on the same cluster) with
 ``trigger(availableNow=True)``, which replays batch 2 and drains the rest, and
 checks what a user would: every message sent reached the sink (lost = 0) with its
 body, duplicates (at least once: here the replayed batch 2) are counted and
@@ -25,10 +27,8 @@ reported, and the queue is empty.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +41,7 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 
 #: Messages in the queue at the start.
-MESSAGES = 2000
+MESSAGES = 600
 #: The source's maxMessagesPerBatch before the crash (small: the crash comes with most messages still queued).
 STREAM_BATCH = 100
 #: The micro-batch the sink holds (after writing its rows, before Spark can commit it) until the kill.
@@ -57,40 +57,13 @@ WAIT_SECONDS = 150.0
 # -- the job: runs in a subprocess -------------------------------------------------------------------------------
 
 
-def _job(argv: list[str]) -> int:
-    """``stream``: run the query until killed (holding batch ``--hold``); ``drain``: one availableNow run."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["stream", "drain"])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--queue", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--sink", required=True)
-    parser.add_argument("--max-per-batch", required=True)
-    parser.add_argument("--hold", type=int, default=-1)
-    args = parser.parse_args(argv)
+def start_query(spark: Any, args: argparse.Namespace, run: str, **trigger: Any) -> Any:
+    """Start the streaming query: the mq source into a foreachBatch sink that writes one file per batch.
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    import mqcore.spark
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(f"mq-crash-{args.mode}")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    mqcore.spark.register(spark)
+    ``args``: url, queue, checkpoint, sink, max_per_batch and hold (the batch the sink holds until the
+    driver is killed; -1 for none). ``run`` names this run's files.
+    """
     sink = Path(args.sink)
-    run = f"{args.mode}-{os.getpid()}"
-    _log(f"session started ({run})")
 
     def write_batch(batch: Any, batch_id: int) -> None:
         rows = [{"message_id": r.message_id, "body": r.body_text} for r in batch.collect()]
@@ -102,29 +75,44 @@ def _job(argv: list[str]) -> int:
             _log(f"holding batch {batch_id} until killed")
             time.sleep(3600)
 
-    def start(**trigger: Any) -> Any:
-        return (
-            spark.readStream.format("mq")
-            .option("url", args.url)
-            .option("queue", args.queue)
-            .option("consumer", "crash-test")
-            .option("maxMessagesPerBatch", args.max_per_batch)
-            .option("visibilityTimeoutSeconds", str(VISIBILITY_SECONDS))
-            .load()
-            .select("message_id", "body_text")
-            .writeStream.foreachBatch(write_batch)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(**trigger)
-            .start()
-        )
+    return (
+        spark.readStream.format("mq")
+        .option("url", args.url)
+        .option("queue", args.queue)
+        .option("consumer", "crash-test")
+        .option("maxMessagesPerBatch", str(args.max_per_batch))
+        .option("visibilityTimeoutSeconds", str(VISIBILITY_SECONDS))
+        .load()
+        .select("message_id", "body_text")
+        .writeStream.foreachBatch(write_batch)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
 
-    if args.mode == "stream":
-        start(processingTime="0.5 seconds").awaitTermination()  # until SIGKILL
-        return 1
-    start(availableNow=True).awaitTermination()
-    _log("drained")
-    spark.stop()
-    return 0
+
+def _job(argv: list[str]) -> int:
+    """Run the query on the cluster until killed, holding batch ``--hold`` (the driver this test kills)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--sink", required=True)
+    parser.add_argument("--max-per-batch", required=True)
+    parser.add_argument("--hold", type=int, default=-1)
+    args = parser.parse_args(argv)
+
+    from mqcore.spark.session import spark_session
+
+    # One executor (the app's own JVM to start on a loaded 2-core machine is the cost of this test).
+    extra = {"spark.cores.max": "1"}
+    spark = spark_session(args.master, Path(args.work_dir), app_name="mq-crash-stream", extra=extra, quick_jvm=True)
+    run = f"stream-{os.getpid()}"
+    _log(f"session started ({run})")
+    start_query(spark, args, run, processingTime="0.5 seconds").awaitTermination()  # until SIGKILL
+    return 1
 
 
 def _log(text: str) -> None:
@@ -135,30 +123,14 @@ def _log(text: str) -> None:
 # -- the test ----------------------------------------------------------------------------------------------------
 
 
-def _require_spark() -> None:
-    """Skip without pyspark, pyarrow or java; fail instead under CI=true, where the Spark suite must run.
-
-    (The shared ``spark`` fixture would start a session in this process, which these subprocess tests do not need.)
-    """
-    missing = [f"{m} (pip install -e '.[spark]')" for m in ("pyspark", "pyarrow") if not importlib.util.find_spec(m)]
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        missing.append("java (Java 17)")
-    if not missing:
-        return
-    reason = "Spark tests need " + " and ".join(missing)
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"spark test cannot run under CI=true: {reason}")
-    pytest.skip(reason)
-
-
 class Job:
-    """The job subprocess, in its own process group, with its output in a file."""
+    """The driver subprocess, in its own process group, with its output in a file."""
 
-    def __init__(self, mode: str, tmp: Path, url: str, queue: str, max_per_batch: int, *extra: str) -> None:
-        self.log = tmp / f"{mode}.log"
-        command = [sys.executable, __file__, mode, "--url", url, "--queue", queue]
-        command += ["--checkpoint", str(tmp / "checkpoint"), "--sink", str(tmp / "sink")]
-        command += ["--max-per-batch", str(max_per_batch), *extra]
+    def __init__(self, tmp: Path, master: str, url: str, queue: str, max_per_batch: int, hold: int) -> None:
+        self.log = tmp / "stream.log"
+        command = [sys.executable, __file__, "--master", master, "--work-dir", str(tmp / "driver")]
+        command += ["--url", url, "--queue", queue, "--checkpoint", str(tmp / "checkpoint")]
+        command += ["--sink", str(tmp / "sink"), "--max-per-batch", str(max_per_batch), "--hold", str(hold)]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -197,8 +169,9 @@ def _sink_rows(sink: Path) -> list[dict[str, str]]:
     return [json.loads(line) for path in sorted(sink.glob("batch-*.jsonl")) for line in path.read_text().splitlines()]
 
 
-def test_kill_9_mid_stream_then_restart_from_checkpoint_loses_nothing(stack_factory: Any, tmp_path: Path) -> None:
-    _require_spark()
+def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_nothing(
+    spark: Any, spark_cluster: Any, stack_factory: Any, tmp_path: Path
+) -> None:
     from mqcore.client import Client
 
     began = time.monotonic()
@@ -214,7 +187,7 @@ def test_kill_9_mid_stream_then_restart_from_checkpoint_loses_nothing(stack_fact
         assert all(isinstance(r, str) for r in results), [r for r in results if not isinstance(r, str)][:3]
         sent = dict(zip(results, bodies, strict=True))
 
-        stream = Job("stream", tmp_path, stack.url, queue, STREAM_BATCH, "--hold", str(HOLD_BATCH))
+        stream = Job(tmp_path, spark_cluster.url, stack.url, queue, STREAM_BATCH, HOLD_BATCH)
         try:
             _wait(lambda: list(sink.glob(f"batch-{HOLD_BATCH:06d}-*.jsonl")), f"batch {HOLD_BATCH} in the sink", stream)
         finally:
@@ -232,14 +205,16 @@ def test_kill_9_mid_stream_then_restart_from_checkpoint_loses_nothing(stack_fact
         _wait(lambda: client.queue_stats(queue)["in_flight"] == 0, "the killed job's leases to expire")
         seconds["leases expired"] = time.monotonic() - began
 
-        drain = Job("drain", tmp_path, stack.url, queue, DRAIN_BATCH)
+        # The restart: the same query from the same checkpoint, in another driver (this run's session).
+        args = argparse.Namespace(
+            url=stack.url, queue=queue, checkpoint=str(checkpoint), sink=str(sink), max_per_batch=DRAIN_BATCH, hold=-1
+        )
+        drain = start_query(spark, args, "drain", availableNow=True)
         try:
-            drain.proc.wait(WAIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the drain did not finish in {WAIT_SECONDS} s\n{drain.output()}")
+            assert drain.awaitTermination(WAIT_SECONDS), f"the drain did not finish in {WAIT_SECONDS} s"
         finally:
-            drain.kill_group()  # only if it still runs (a timeout, or pytest-timeout interrupting the wait)
-        assert drain.proc.returncode == 0, f"the drain exited with {drain.proc.returncode}\n{drain.output()}"
+            drain.stop()
+        assert drain.exception() is None, drain.exception()
         after = client.queue_stats(queue)
         seconds["drained"] = time.monotonic() - began
 
@@ -253,7 +228,7 @@ def test_kill_9_mid_stream_then_restart_from_checkpoint_loses_nothing(stack_fact
         f"{at_kill['in_flight']} in flight; seconds: {', '.join(f'{k} {v:.1f}' for k, v in seconds.items())}"
     )
     sys.stderr.write(report + "\n")  # shown by pytest -rA or -s: this run's duplicates and phases
-    logs = f"{stream.output()}\n{drain.output()}"
+    logs = stream.output()
     assert not lost, f"{report}; first lost ids {lost[:5]}\n{logs}"
     assert seen <= sent.keys(), f"{report}; ids never sent: {sorted(seen - sent.keys())[:5]}"
     wrong = [r for r in rows if r["body"] != sent[r["message_id"]]]

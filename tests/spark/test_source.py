@@ -214,6 +214,29 @@ def test_stream_available_now_drains_the_queue_in_bounded_batches(
     assert mq.peek_all(queue) == []
 
 
+def test_stream_with_prefetch_delivers_every_message_once_in_bounded_batches(
+    spark: Any, http_mq: Backend, queue: str, tmp_path: Path
+) -> None:
+    mq = http_mq
+    mq.client.create_queue(queue)
+    bodies = [f"p{i:02d}" for i in range(25)]
+    mq.client.send_batch(queue, bodies)
+    batches: list[list[str]] = []
+
+    stream = spark.readStream.format("mq").options(**mq.options(queue, maxMessagesPerBatch=10, prefetch="true")).load()
+    query = (
+        stream.writeStream.foreachBatch(lambda df, _: batches.append([r.body_text for r in df.collect()]))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(WAIT_SECONDS), "the availableNow run did not end"
+    assert query.exception() is None
+    assert sorted(b for batch in batches for b in batch) == bodies, "every message once"
+    assert [len(batch) for batch in batches if batch] == [10, 10, 5], batches
+    assert mq.pending(queue) == 0, "every batch deleted, nothing prefetched beyond the run's bound"
+
+
 def test_stream_processing_time_trigger_picks_up_messages_sent_while_it_runs(
     spark: Any, http_mq: Backend, queue: str, tmp_path: Path
 ) -> None:
