@@ -26,9 +26,14 @@ def browser_unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """One headless Chromium for the session (Playwright's sync API)."""
+    """One headless Chromium for a test module (Playwright's sync API).
+
+    Module-scoped, not session-scoped: while ``sync_playwright`` is open it keeps
+    an asyncio event loop running in the main thread, and every asyncio test
+    collected after it (pytest-asyncio) would fail to start its own loop.
+    """
     executable = next((p for p in CHROMIUM_PATHS if os.access(p, os.X_OK)), None)
     if executable is None:
         browser_unavailable("Chromium is not installed (apt-get install chromium-headless-shell)")
