@@ -30,7 +30,7 @@ from daemons import _runtime
 from daemons._redrive import RedriveRunner
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.errors import InvalidReceiptHandle, MQError, QueueFull, QueueNotFound
+from mqcore.errors import InvalidReceiptHandle, MQError, QueueFull, QueueNotFound, ServerBusy
 from mqcore.index import ReadyIndex
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
@@ -846,6 +846,11 @@ class Broker:
                 remaining = deadline - loop.time()
                 if messages or self.stopping or remaining <= 0:
                     return messages
+                if self._arrivals[queue].holders > self.settings.max_waiters:
+                    raise ServerBusy(
+                        f"more than {self.settings.max_waiters} long polls wait on queue {queue} (--max-waiters)",
+                        queue=queue,
+                    )
                 woken = await _runtime.wait_for_wake(arrival, remaining)
             check_exists = not woken or self.stopping
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemons import _auth
 from daemons._broker import Broker
 from mqcore.attributes import (
     MAX_ATTEMPT_ID_CHARS,
@@ -33,7 +34,14 @@ from mqcore.attributes import (
     is_attempt_id,
     is_content_type,
 )
-from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable
+from mqcore.errors import (
+    InvalidAttribute,
+    InvalidRequest,
+    MessageTooLarge,
+    MQError,
+    RequestTimeout,
+    StorageUnavailable,
+)
 from mqcore.model import ReceivedMessage
 from mqcore.names import check_message_id, check_partition, check_queue_name, is_queue_prefix
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
@@ -73,7 +81,10 @@ async def errors_middleware(
             headers["Retry-After"] = str(retry_after)
         if isinstance(exc, StorageUnavailable):
             logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
-        return web.json_response(exc.to_json(), status=exc.status, headers=headers)
+        response = web.json_response(exc.to_json(), status=exc.status, headers=headers)
+        if isinstance(exc, RequestTimeout):
+            response.force_close()  # the rest of the body may still come: never read it as a request
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -85,11 +96,23 @@ async def errors_middleware(
 
 
 async def read_body(request: web.Request, max_bytes: int) -> bytes:
-    """Read the request body, at most ``max_bytes`` bytes (stops reading as soon as it is over).
+    """Read the request body, at most ``max_bytes`` bytes, within the daemon's ``--body-timeout``.
 
     Raises:
         MessageTooLarge: Content-Length or the bytes received exceed ``max_bytes``.
+        RequestTimeout: The body took longer than ``body_timeout_seconds`` (408; the connection is closed).
     """
+    seconds = request.app[BROKER].settings.body_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await _read_body(request, max_bytes)
+    except TimeoutError:
+        logger.warning("body timeout method=%s path=%s peer=%s after %.0f s", request.method, request.path,
+                       request.remote, seconds)  # fmt: skip
+        raise RequestTimeout(f"the request body did not arrive within {seconds:g} s (--body-timeout)") from None
+
+
+async def _read_body(request: web.Request, max_bytes: int) -> bytes:
     if request.content_length is not None:
         if request.content_length > max_bytes:
             raise MessageTooLarge(request.content_length, max_bytes)
@@ -280,7 +303,8 @@ async def list_queues(request: web.Request) -> web.Response:
         raise InvalidRequest(
             "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)", parameter="prefix"
         )
-    return web.json_response({"queues": await request.app[BROKER].list_queues(prefix)})
+    queues = _auth.visible(request, await request.app[BROKER].list_queues(prefix))
+    return web.json_response({"queues": queues})
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -709,6 +733,7 @@ async def start_redrive(request: web.Request) -> web.Response:
     destination = body.get("destination")
     if destination is not None:
         destination = check_queue_name(destination)
+        _auth.require(request, "send", destination)
     status = await request.app[BROKER].redrives.start(queue, destination, rate or DEFAULT_REDRIVE_RATE)
     return web.json_response({"task": status}, status=202)
 

@@ -50,6 +50,22 @@ class Settings:
     """Logging level name."""
     access_log: bool = False
     """Log one line per HTTP request on the ``mq.access`` logger (costs ~20% of send throughput)."""
+    auth_file: str = ""
+    """TOML file of hashed tokens and their grants (daemons._auth); empty = no authentication."""
+    insecure_listen: bool = False
+    """Allow a non-loopback address without ``auth_file`` (docs/security.md)."""
+    tls_cert: str = ""
+    """PEM certificate chain for HTTPS; empty = plain HTTP."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    max_connections: int = 1024
+    """Most open client connections; one more is answered 503 server_busy and closed."""
+    idle_timeout_seconds: float = 75.0
+    """Seconds a connection may go without a complete request header (idle keep-alive or slow headers)."""
+    body_timeout_seconds: float = 60.0
+    """Seconds a request body may take to arrive (408 request_timeout after)."""
+    max_waiters: int = 1000
+    """Most long polls waiting on one queue at once (503 server_busy beyond)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -70,6 +86,11 @@ class Settings:
                 key="max_batch_messages",
             )
         _runtime.positive("rescan-interval", self.rescan_interval_seconds)
+        if not 1 <= self.max_connections <= 1_000_000:
+            raise ConfigError(f"max-connections must be 1-1000000, got {self.max_connections}", key="max_connections")
+        _runtime.check_interval("idle-timeout", self.idle_timeout_seconds)
+        _runtime.check_interval("body-timeout", self.body_timeout_seconds)
+        _runtime.positive("max-waiters", self.max_waiters)
 
     @property
     def queue_defaults(self) -> QueueAttributes:
