@@ -82,8 +82,15 @@ async def errors_middleware(
         if isinstance(exc, StorageUnavailable):
             logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
         response = web.json_response(exc.to_json(), status=exc.status, headers=headers)
-        if isinstance(exc, RequestTimeout):
-            response.force_close()  # the rest of the body may still come: never read it as a request
+        if isinstance(exc, RequestTimeout):  # answer, then cut the connection: never wait for the rest of the body
+            response.force_close()
+            await response.prepare(request)
+            await response.write_eof()
+            transport = request.transport
+            if transport is not None:  # FIN now (the client reads the 408), the socket closed a moment later
+                if transport.can_write_eof():
+                    transport.write_eof()
+                asyncio.get_running_loop().call_later(1.0, transport.close)
         return response
     except web.HTTPException as exc:
         if exc.status < 400:

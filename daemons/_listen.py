@@ -22,7 +22,7 @@ import os
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import click
 from aiohttp import web
@@ -161,9 +161,9 @@ class _Refuse(asyncio.Protocol):
     )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(self.RESPONSE)
-        transport.close()
+        writer = cast(asyncio.WriteTransport, transport)  # uvloop's transports do not subclass asyncio's
+        writer.write(self.RESPONSE)
+        writer.close()
 
 
 class LimitedSite(web.BaseSite):
