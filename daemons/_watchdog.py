@@ -13,11 +13,14 @@ task returns at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable
 
 from daemons import _runtime
+
+logger = logging.getLogger("mq.runtime")
 
 #: Seconds between STATUS= lines when systemd asked for no watchdog.
 STATUS_INTERVAL_SECONDS = 10.0
@@ -54,6 +57,10 @@ async def run(status: Callable[[], str]) -> None:
     watchdog = interval_seconds()
     interval = watchdog if watchdog is not None else STATUS_INTERVAL_SECONDS
     while True:
-        line = f"STATUS={status()}"
+        try:
+            line = f"STATUS={status()}"
+        except Exception:  # the ping matters more than the status text
+            logger.exception("watchdog status line failed")
+            line = "STATUS=running"
         _runtime.sd_notify(f"WATCHDOG=1\n{line}" if watchdog is not None else line)
         await asyncio.sleep(interval)

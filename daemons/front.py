@@ -207,7 +207,8 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     def line() -> str:
         server = runner.server
         per_second = rate.update(server.requests_count if server is not None else 0)
-        return f"serving: {len(broker.queues)} queues active, {per_second:.1f} requests/s"
+        queues = sum(len(fetcher.queues) for fetcher in broker.fetchers)
+        return f"serving: {queues} queues active, {per_second:.1f} requests/s"
 
     return line
 

@@ -159,7 +159,7 @@ def test_sighup_reloads_the_file_without_dropping_a_kept_alive_connection(
         original = auth.read_text()
         # Rotate: the producer's entry goes, an entry for a new token comes.
         TOKENS["rotated"] = "rotated-token-000"
-        _write_auth(auth, original.split("[[tokens]]\nname = \"producer\"")[0], _entry("rotated", ["*"], ["send"]))
+        _write_auth(auth, original.split('[[tokens]]\nname = "producer"')[0], _entry("rotated", ["*"], ["send"]))
         os.kill(mq.pid, signal.SIGHUP)
         deadline = time.monotonic() + 10
         while "auth file reloaded" not in mq.log:
