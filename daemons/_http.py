@@ -96,7 +96,8 @@ async def errors_middleware(
         if exc.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "message_too_large"}.get(exc.status, "http_error")
-        return _json_error(exc.status, code, exc.reason or "error")
+        allow = exc.headers.get("Allow")  # RFC 9110: a 405 lists the methods the route has
+        return _json_error(exc.status, code, exc.reason or "error", {"Allow": allow} if allow is not None else None)
     except Exception:
         logger.exception("internal error method=%s path=%s", request.method, request.path)
         return _json_error(500, "internal_error", "internal error; see the server log")
@@ -147,9 +148,12 @@ async def read_json(request: web.Request, max_bytes: int = SMALL_JSON_LIMIT_BYTE
             raise InvalidRequest("a JSON body is required")
         return None
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
+    if value is None:  # JSON null is not an empty body: the optional bodies are objects or nothing
+        raise InvalidRequest("the body must not be JSON null (send no body instead)")
+    return value
 
 
 def _short(value: object, limit: int = 60) -> str:
