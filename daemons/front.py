@@ -181,6 +181,8 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     if auth is not None:
         _runtime.install_reload_signal(auth.reload)
         logger.info("auth file %s: %d tokens (SIGHUP reloads it)", settings.auth_file, auth.count)
+    elif shutdown_trigger is None:  # systemctl reload must not kill mq: SIGHUP only says there is nothing to reload
+        _runtime.install_reload_signal(lambda: logger.info("nothing to reload (no --auth-file)"))
     if sock is not None:
         logger.info("socket activation: serving the socket systemd passed (fd %d)", sock.fileno())
     scheme = "https" if tls is not None else "http"

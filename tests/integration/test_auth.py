@@ -212,3 +212,9 @@ def test_without_auth_file_a_non_loopback_address_is_refused(tmp_path: Path) -> 
 def test_without_auth_file_loopback_is_said_at_start(daemons: Daemons, tmp_path: Path) -> None:
     mq = daemons.start("mq", "--root", tmp_path / "root", "--address", "127.0.0.2", "--port", "0")
     assert "auth: none (no --auth-file): listening on loopback 127.0.0.2 only" in mq.log
+    os.kill(mq.pid, signal.SIGHUP)  # systemctl reload: nothing to reload, and mq goes on
+    deadline = time.monotonic() + 10
+    while "nothing to reload" not in mq.log:
+        assert time.monotonic() < deadline and mq.running, mq.log_tail()
+        time.sleep(0.02)
+    assert _request(mq.url, "GET", "/")[0] == 200
