@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, Daemon, Daemons
 
 from mqcore.auth import hash_token
-from mqcore.client import Client
+from mqcore.client import Client, Worker
 from mqcore.errors import Forbidden, QueueNotFound, Unauthorized
 
 #: Cheap scrypt for the tests (the file format allows any cost; production entries use n=16384).
@@ -139,6 +139,28 @@ def test_the_clients_and_mqctl_send_the_token(secured: tuple[Daemon, Path]) -> N
     )
     assert done.returncode != 0
     assert "not valid" in done.stderr
+
+
+def test_worker_and_the_spark_options_take_the_token(secured: tuple[Daemon, Path]) -> None:
+    from mqcore.spark._options import parse  # no pyspark needed: only the option parsing
+
+    mq, _ = secured
+    with Client(mq.url, token=TOKENS["admin"], max_retries=0) as client:
+        client.create_queue("orders-worker")
+        client.send("orders-worker", b"job")
+    seen: list[bytes] = []
+    worker = Worker(
+        "orders-worker", lambda m: seen.append(m.body), client=mq.url, token=TOKENS["consumer"],
+        wait_time_seconds=0, install_signal_handlers=False,
+    )  # fmt: skip
+    assert worker.run(until_empty=True).acked == 1
+    assert seen == [b"job"]
+    options = parse({"url": mq.url, "queue": "orders-worker", "token": TOKENS["consumer"]}, "read")
+    assert TOKENS["consumer"] not in repr(options)
+    with options.connect() as client:
+        assert "orders-worker" in client.list_queues()
+    with parse({"url": mq.url, "queue": "orders-worker"}, "read").connect() as client, pytest.raises(Unauthorized):
+        client.list_queues()
 
 
 def test_sighup_reloads_the_file_without_dropping_a_kept_alive_connection(
