@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons import _auth
+from daemons import _auth, _listen
 from daemons._broker import Broker
 from daemons._settings import Settings
 from daemons.front import make_app
@@ -71,3 +71,20 @@ def test_duplicate_names_are_refused(tmp_path: Path) -> None:
     path.write_text(entry + entry)
     with pytest.raises(ConfigError, match="unique"):
         load_auth_file(str(path))
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("localhost", True), ("0.0.0.0", False),
+     ("::", False), ("10.1.2.3", False), ("", False)],
+)  # fmt: skip
+def test_loopback_addresses(address: str, loopback: bool) -> None:
+    assert _listen.is_loopback(address) is loopback
+
+
+def test_exposure_needs_auth_or_insecure_listen_off_loopback() -> None:
+    assert "loopback" in _listen.check_exposure("127.0.0.1", auth=False, insecure_listen=False)
+    assert "tokens required" in _listen.check_exposure("0.0.0.0", auth=True, insecure_listen=False)
+    assert "--insecure-listen" in _listen.check_exposure("0.0.0.0", auth=False, insecure_listen=True)
+    with pytest.raises(ConfigError, match="not loopback"):
+        _listen.check_exposure("0.0.0.0", auth=False, insecure_listen=False)
