@@ -14,7 +14,7 @@ needs a known token.
 
 The decision is this one table (method and route -> what it needs), read by
 the middleware of :func:`make_auth_middleware`: a new route is classified by
-adding one line (tests/unit/test_auth.py fails for a route left out). The
+adding one line (tests/unit/test_auth_rules.py fails for a route left out). The
 principal is a :class:`mqcore.auth.Grant`, whatever proved it, so an SQS
 access key (issue 13) can map to the same rules.
 
