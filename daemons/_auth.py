@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -169,11 +170,17 @@ def _unauthorized(message: str, error: str | None) -> web.Response:
     )
 
 
-def make_auth_middleware(auth: Authenticator) -> Callable[..., Awaitable[web.StreamResponse]]:
+def make_auth_middleware(
+    auth: Authenticator, refusals: Counter[str] | None = None
+) -> Callable[..., Awaitable[web.StreamResponse]]:
     """The aiohttp middleware that enforces ``auth`` (put it first: it answers 401/403 before any handler).
+
+    ``refusals["unauthorized"]`` and ``refusals["forbidden"]`` count the refusals, if given.
 
     A request's grant is stored as ``request[GRANT_KEY]`` (see :func:`grant_of`).
     """
+
+    counts: Counter[str] = refusals if refusals is not None else Counter()
 
     @web.middleware
     async def auth_middleware(
@@ -189,15 +196,18 @@ def make_auth_middleware(auth: Authenticator) -> Callable[..., Awaitable[web.Str
             return await handler(request)
         token = _bearer(request.headers.get("Authorization"))
         if token is None:
+            counts["unauthorized"] += 1
             return _unauthorized("a token is required: Authorization: Bearer <token>", None)
         grant = await auth.authenticate(token)
         if grant is None:
+            counts["unauthorized"] += 1
             logger.warning("unknown token method=%s path=%s peer=%s", request.method, request.path, request.remote)
             return _unauthorized("the token is not valid", "invalid_token")
         request[GRANT_KEY] = grant
         if needed != ANY_TOKEN:
             queue = match.get("queue")
             if not grant.allows(needed, queue):
+                counts["forbidden"] += 1
                 return _forbidden(grant, needed, queue)
         return await handler(request)
 

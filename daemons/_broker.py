@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -151,6 +151,9 @@ class Broker:
         self._attempt_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._rescan_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        #: Requests and connections refused to protect mq, by reason (connections, body_timeout,
+        #: waiters, unauthorized, forbidden): what /metrics can export (docs/security.md).
+        self.refusals: Counter[str] = Counter()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -847,6 +850,7 @@ class Broker:
                 if messages or self.stopping or remaining <= 0:
                     return messages
                 if self._arrivals[queue].holders > self.settings.max_waiters:
+                    self.refusals["waiters"] += 1
                     raise ServerBusy(
                         f"more than {self.settings.max_waiters} long polls wait on queue {queue} (--max-waiters)",
                         queue=queue,

@@ -115,6 +115,7 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
         async with asyncio.timeout(seconds):
             return await _read_body(request, max_bytes)
     except TimeoutError:
+        request.app[BROKER].refusals["body_timeout"] += 1
         logger.warning("body timeout method=%s path=%s peer=%s after %.0f s", request.method, request.path,
                        request.remote, seconds)  # fmt: skip
         raise RequestTimeout(f"the request body did not arrive within {seconds:g} s (--body-timeout)") from None

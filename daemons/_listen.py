@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import ssl
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -175,6 +176,7 @@ class LimitedSite(web.BaseSite):
         port: Port to bind (0 = any free port; ignored with ``sock``).
         sock: An already listening socket (socket activation), or None.
         max_connections: Most connections served at once (aiohttp's open handlers).
+        refusals: Counter whose ``"connections"`` counts the connections refused.
         **kwargs: ``ssl_context``, ``shutdown_timeout``, ``backlog`` as for aiohttp's sites.
     """
 
@@ -186,12 +188,13 @@ class LimitedSite(web.BaseSite):
         *,
         sock: socket.socket | None,
         max_connections: int,
+        refusals: Counter[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(runner, **kwargs)
         self._host, self._port, self._sock = host, port, sock
         self._max_connections = max_connections
-        self.refused = 0
+        self.refusals: Counter[str] = refusals if refusals is not None else Counter()
 
     @property
     def name(self) -> str:
@@ -206,10 +209,11 @@ class LimitedSite(web.BaseSite):
 
         def factory() -> asyncio.Protocol:
             if len(server.connections) >= limit:
-                self.refused += 1
-                if self.refused == 1 or self.refused % 1000 == 0:
+                self.refusals["connections"] += 1
+                refused = self.refusals["connections"]
+                if refused == 1 or refused % 1000 == 0:
                     logger.warning("connection refused: %d open (--max-connections); refused so far %d",
-                                   limit, self.refused)  # fmt: skip
+                                   limit, refused)  # fmt: skip
                 return _Refuse()
             return server()
 

@@ -91,7 +91,9 @@ def make_app(broker: Broker, auth: _auth.Authenticator | None = None) -> web.App
     handler reads its body with its own, smaller limit (a single send: the
     queue's max_message_bytes).
     """
-    middlewares = [errors_middleware] if auth is None else [_auth.make_auth_middleware(auth), errors_middleware]
+    middlewares: list[Any] = [errors_middleware]
+    if auth is not None:
+        middlewares.insert(0, _auth.make_auth_middleware(auth, broker.refusals))
     app = web.Application(middlewares=middlewares, client_max_size=broker.settings.batch_request_limit_bytes)
     app[BROKER] = broker
     router = app.router
@@ -166,6 +168,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
         settings.port,
         sock=sock,
         max_connections=settings.max_connections,
+        refusals=broker.refusals,
         ssl_context=tls,
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
         backlog=1024,
