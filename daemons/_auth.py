@@ -9,8 +9,8 @@ queue, set attributes, purge, redrive; a redrive to an explicit destination
 also needs ``send`` there). Every known token may list queues (the answer
 shows only the queues its patterns match) and read the counts and attributes
 of a queue it holds any action on. ``/healthz`` and ``/readyz`` are open;
-``/metrics`` needs ``admin`` on the pattern ``*``; the console (``/ui...``)
-needs a known token.
+``/metrics`` needs ``admin`` on the pattern ``*``; the console's static files
+(``/ui...``) are open, its API calls are checked like any other.
 
 The decision is this one table (method and route -> what it needs), read by
 the middleware of :func:`make_auth_middleware`: a new route is classified by
@@ -71,7 +71,8 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("GET", "/readyz"): OPEN,
     ("GET", "/metrics"): "admin",
 }
-#: Canonical routes starting with this are the web console: any known token (its API calls are checked as above).
+#: Canonical routes starting with this are the web console's static files: open (they hold no data; the API
+#: calls the console makes are checked as above).
 CONSOLE_PREFIX = "/ui"
 
 #: Longest token accepted, in characters (a longer Authorization header is a 401 without any hashing).
@@ -91,7 +92,7 @@ def requirement(method: str, canonical: str) -> str:
     if method == "HEAD":
         method = "GET"
     if canonical.startswith(CONSOLE_PREFIX):
-        return ANY_TOKEN
+        return OPEN
     return ROUTE_ACTIONS[(method, canonical)]
 
 

@@ -66,6 +66,10 @@ class Settings:
     """Seconds a request body may take to arrive (408 request_timeout after)."""
     max_waiters: int = 1000
     """Most long polls waiting on one queue at once (503 server_busy beyond)."""
+    metrics_max_queues: int = 1000
+    """Queues named in ``/metrics`` labels; the others are summed under ``queue="_other"`` (docs/metrics.md)."""
+    min_free_bytes: int = 0
+    """Free bytes of the root's filesystem below which sends get 507 and ``/readyz`` 503 (0 = only when full)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -91,6 +95,8 @@ class Settings:
         _runtime.check_interval("idle-timeout", self.idle_timeout_seconds)
         _runtime.check_interval("body-timeout", self.body_timeout_seconds)
         _runtime.positive("max-waiters", self.max_waiters)
+        _runtime.positive("metrics-max-queues", self.metrics_max_queues, allow_zero=True)
+        _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
 
     @property
     def queue_defaults(self) -> QueueAttributes:

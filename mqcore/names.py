@@ -5,12 +5,15 @@ can address a path outside the root: queue names are checked against
 ``[A-Za-z0-9_-]{1,80}`` (SQS's rule) and message ids against the UUIDv7 form
 before any path is built. ``docs/protocol.md`` describes the same forms.
 
-File-name forms (protocol version 1; ``Q`` queue name, ``ID`` message id,
-``RC`` receive count, ``DL`` deadline in epoch milliseconds, 13 digits)::
+File-name forms (protocol version 2; ``Q`` queue name, ``ID`` message id,
+``RC`` receive count, ``DL`` deadline in epoch milliseconds, 13 digits,
+``LT`` lease token, 17-32 lowercase hex digits unique to the receive or
+delayed send that made the name: :func:`new_lease_token`)::
 
     new/Q.ID                 being written by a sender (O_EXCL)
     queues/Q/ID.RC           ready; RC receives so far (0 = never received)
-    delay/DL.Q.ID.RC         in flight until DL; RC counts this receive
+    delay/DL.Q.ID.RC.LT      in flight until DL; RC counts this receive
+    delay/DL.Q.ID.RC         the same, made by protocol version 1 (read, never made, by v2)
     remove/Q.ID              deleted message, to be unlinked by mq-reaper
     remove/Q.TOKEN.queue     a deleted queue's directory, to be removed whole
 
@@ -22,14 +25,19 @@ Extensions (issue 3; optional files, a root without them is valid)::
     queues/Q/.redrive-cancel request to cancel the redrive task named in it
     queues/Q/.NAME.TOKEN.tmp one of the above being written (renamed over it)
     queues/.Q.TOKEN.creating a queue being created with its attributes (renamed to queues/Q)
-    delay/DL.Q.ID.0          a delayed send (receive count 0), invisible until DL
+    delay/DL.Q.ID.0.LT       a delayed send (receive count 0), invisible until DL
     attempts/Q.HASH          receive request attempt record; HASH = sha256 of the attempt id, hex
 
-A receipt handle is the ``delay/`` name its receive made (``DL.Q.ID.RC``).
+A receipt handle is the ``delay/`` name its receive made (``DL.Q.ID.RC.LT``).
+Everything after ``DL.`` is the lease's key (:attr:`InFlightName.lease_key`):
+a change of visibility renames the file to a new ``DL`` and keeps the key, so
+a handle names exactly one lease for its whole life, and no other receive can
+ever make a name with the same key (the token is unique to its receive).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import threading
@@ -37,7 +45,10 @@ import time
 from dataclasses import dataclass
 from typing import NewType
 
-from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest
+from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest, cap, echo
+
+#: Version of the on-disk protocol these names implement (docs/protocol.md; 2 since lease tokens, issue 18).
+PROTOCOL_VERSION = 2
 
 QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
@@ -50,6 +61,7 @@ _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 _DEADLINE_DIGITS = 13
 _COUNT_RE = re.compile(r"0|[1-9][0-9]{0,8}")
 _DEADLINE_RE = re.compile(r"[0-9]{13}")
+_TOKEN_RE = re.compile(r"[0-9a-f]{17,32}")
 
 NEW_DIR = "new"
 QUEUES_DIR = "queues"
@@ -78,7 +90,7 @@ def check_queue_name(name: str) -> QueueName:
     if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
         raise InvalidQueueName(
             "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_'",
-            queue=name if isinstance(name, str) else repr(name),
+            queue=cap(name) if isinstance(name, str) else echo(name),
         )
     return QueueName(name)
 
@@ -100,7 +112,7 @@ def check_message_id(value: str) -> MessageId:
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidMessageId(
             "message ids are lowercase UUIDv7 strings as returned in X-Message-Id",
-            message_id=value if isinstance(value, str) else repr(value),
+            message_id=cap(value) if isinstance(value, str) else echo(value),
         )
     return MessageId(value)
 
@@ -187,26 +199,75 @@ class IdGenerator:
         return MessageId(f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
 
 
+#: Hex digits of a lease token's per-process random part (64 bits, from ``os.urandom``).
+LEASE_TOKEN_RANDOM_DIGITS = 16
+
+_lease_tokens: tuple[str, itertools.count[int]] = ("", itertools.count())
+
+
+def _new_lease_token_source() -> None:
+    """Draw this process's random token prefix and restart its counter (at import and in every forked child)."""
+    global _lease_tokens
+    _lease_tokens = (os.urandom(LEASE_TOKEN_RANDOM_DIGITS // 2).hex(), itertools.count())
+
+
+_new_lease_token_source()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lease_token_source)
+
+
+def new_lease_token() -> str:
+    """A lease token ``LT`` no other receive or delayed send, in any process on any host, ever makes.
+
+    16 hex digits drawn from ``os.urandom`` once per process (again in every
+    child after ``fork``, so a forked brokerless client or multiprocessing
+    worker never repeats its parent's tokens), followed by a per-process
+    counter in hex without leading zeros: 17-32 lowercase hex digits. Two
+    processes make the same token only if their 64 random bits are equal
+    (about 2^-64 per pair of processes); one process never repeats one. No
+    system call: a string format and a counter step (``itertools.count``
+    is atomic under the GIL, so it is thread-safe).
+    """
+    prefix, counter = _lease_tokens
+    return f"{prefix}{next(counter):x}"
+
+
 @dataclass(frozen=True, slots=True)
 class InFlightName:
-    """A parsed ``delay/`` file name: ``DL.Q.ID.RC``.
+    """A parsed ``delay/`` file name: ``DL.Q.ID.RC.LT`` (protocol v2) or ``DL.Q.ID.RC`` (v1).
 
     Attributes:
         deadline_ms: Epoch milliseconds at which the message becomes ready again.
         queue: The queue the message belongs to.
         message_id: The message id.
         receive_count: Number of receives, this one included.
+        token: The lease token ``LT`` (17-32 hex digits), or ``""`` for a name
+            made by protocol version 1.
     """
 
     deadline_ms: int
     queue: QueueName
     message_id: MessageId
     receive_count: int
+    token: str = ""
 
     @property
     def filename(self) -> str:
         """The file name inside ``delay/``."""
-        return in_flight_name(self.deadline_ms, self.queue, self.message_id, self.receive_count)
+        return in_flight_name(self.deadline_ms, self.queue, self.message_id, self.receive_count, self.token)
+
+    @property
+    def lease_key(self) -> str:
+        """``Q.ID.RC.LT`` (v1: ``Q.ID.RC``): the name without its deadline, which identifies one lease.
+
+        A change of visibility keeps it; no other receive can make it.
+        """
+        return self.filename[_DEADLINE_DIGITS + 1 :]
+
+    @property
+    def is_legacy(self) -> bool:
+        """True for a name of protocol version 1 (``DL.Q.ID.RC``, no token)."""
+        return not self.token
 
 
 def ready_name(message_id: MessageId, receive_count: int) -> str:
@@ -222,17 +283,33 @@ def parse_ready_name(filename: str) -> tuple[MessageId, int] | None:
     return MessageId(mid), int(rc)
 
 
-def in_flight_name(deadline_ms: int, queue: QueueName, message_id: MessageId, receive_count: int) -> str:
-    """File name of an in-flight message inside ``delay/``: ``DL.Q.ID.RC``."""
+def in_flight_name(
+    deadline_ms: int, queue: QueueName, message_id: MessageId, receive_count: int, token: str = ""
+) -> str:
+    """File name of an in-flight or delayed message inside ``delay/``: ``DL.Q.ID.RC.LT``.
+
+    Every v2 writer passes a ``token`` (:func:`new_lease_token` for a new
+    receive or delayed send; the lease's own token for a change of
+    visibility). Without one the v1 form ``DL.Q.ID.RC`` is built: only for
+    a change of visibility of a lease made by protocol version 1.
+    """
+    if token:
+        return f"{deadline_ms:0{_DEADLINE_DIGITS}d}.{queue}.{message_id}.{receive_count}.{token}"
     return f"{deadline_ms:0{_DEADLINE_DIGITS}d}.{queue}.{message_id}.{receive_count}"
 
 
 def parse_in_flight_name(filename: str) -> InFlightName | None:
-    """Parse a ``delay/`` file name; None if it is not of the form ``DL.Q.ID.RC``."""
+    """Parse a ``delay/`` file name ``DL.Q.ID.RC.LT`` (or v1's ``DL.Q.ID.RC``); None for any other name."""
     parts = filename.split(".")
-    if len(parts) != 4:
+    if len(parts) == 5:
+        deadline, queue, mid, rc, token = parts
+        if not _TOKEN_RE.fullmatch(token):
+            return None
+    elif len(parts) == 4:
+        deadline, queue, mid, rc = parts
+        token = ""
+    else:
         return None
-    deadline, queue, mid, rc = parts
     if (
         not _DEADLINE_RE.fullmatch(deadline)
         or not _COUNT_RE.fullmatch(rc)
@@ -240,11 +317,17 @@ def parse_in_flight_name(filename: str) -> InFlightName | None:
         or not _ID_RE.fullmatch(mid)
     ):
         return None
-    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc))
+    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token)
+
+
+def lease_key_of(filename: str) -> str | None:
+    """The lease key (:attr:`InFlightName.lease_key`) of a ``delay/`` name, or None if it does not parse."""
+    parsed = parse_in_flight_name(filename)
+    return parsed.lease_key if parsed is not None else None
 
 
 def parse_receipt_handle(handle: str) -> InFlightName:
-    """Parse a receipt handle (the ``delay/`` name ``DL.Q.ID.RC`` its receive made, RC >= 1).
+    """Parse a receipt handle: the ``delay/`` name ``DL.Q.ID.RC.LT`` (or v1's ``DL.Q.ID.RC``) its receive made, RC >= 1.
 
     Raises:
         InvalidReceiptHandle: Anything else.
@@ -253,7 +336,7 @@ def parse_receipt_handle(handle: str) -> InFlightName:
     if parsed is None or parsed.receive_count < 1:
         raise InvalidReceiptHandle(
             "receipt handles are the X-Receipt-Handle strings returned by a receive",
-            receipt_handle=handle if isinstance(handle, str) else repr(handle),
+            receipt_handle=cap(handle, 200) if isinstance(handle, str) else echo(handle),
         )
     return parsed
 

@@ -55,6 +55,7 @@ from mqcore.names import (
     check_message_id,
     check_queue_name,
     in_flight_name,
+    new_lease_token,
     parse_in_flight_name,
     parse_ready_name,
     parse_receipt_handle,
@@ -74,6 +75,27 @@ STORAGE_ERRNOS = frozenset(
 
 #: Age after which a temporary metadata file (``.NAME.TOKEN.tmp``) belongs to a writer that died, in ms.
 TMP_GRACE_MS = 300_000
+
+
+class StorageHooks:
+    """Observers of storage work that a daemon may set (metrics); every hook is None (no cost) by default.
+
+    Hooks are called on whatever thread did the work (saver, fetcher or worker
+    threads), so they must be thread-safe and cheap. Module-level because an
+    fsync and a storage error are per process, whichever :class:`Store` did them.
+
+    Attributes:
+        on_fsync: ``(kind, seconds, batch)`` after each fsync: kind ``"file"`` (a message file;
+            batch 1) or ``"directory"`` (a group-commit round; batch = callers it covered).
+        on_error: ``(step)`` for each storage error raised (e.g. ``"fsync"``, ``"rename"``).
+    """
+
+    on_fsync: Any = None
+    on_error: Any = None
+
+
+#: The process's storage hooks (set by ``daemons._metrics``).
+STORAGE_HOOKS = StorageHooks()
 
 
 def now_ms() -> int:
@@ -108,6 +130,8 @@ class DirSyncer:
         self._started: dict[str, int] = {}
         self._finished: dict[str, int] = {}
         self._failures: dict[str, dict[int, tuple[int, str]]] = {}
+        self._callers: dict[tuple[str, int], int] = {}
+        """Callers per (directory, round): the group-commit batch size reported to STORAGE_HOOKS."""
 
     def sync(self, path: str) -> None:
         """Make every rename into ``path`` done before this call durable.
@@ -119,6 +143,7 @@ class DirSyncer:
             need = self._finished.get(path, 0) + 1
             if self._started.get(path, 0) >= need:
                 need += 1  # round ``need`` is running and may have missed our renames
+            self._callers[(path, need)] = self._callers.get((path, need), 0) + 1
             while self._finished.get(path, 0) < need:
                 if self._started.get(path, 0) == self._finished.get(path, 0):
                     break  # nobody is syncing: lead the next round
@@ -131,6 +156,7 @@ class DirSyncer:
             ticket = self._started[path] = self._finished.get(path, 0) + 1
         error: OSError | None = None
         try:
+            started = time.perf_counter()
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.fsync(fd)
@@ -140,12 +166,15 @@ class DirSyncer:
             error = exc
         with self._cond:
             self._finished[path] = ticket
+            batch = self._callers.pop((path, ticket), 1)
             if error is not None:
                 failures = self._failures.setdefault(path, {})
                 failures[ticket] = (error.errno or errno.EIO, error.strerror or str(error))
                 for old in [t for t in failures if t <= ticket - self._KEEP_FAILURES]:
                     del failures[old]
             self._cond.notify_all()
+        if error is None and STORAGE_HOOKS.on_fsync is not None:
+            STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, batch)
         if error is not None:
             raise error
 
@@ -258,6 +287,8 @@ class LeasePolicy:
 
 
 def _storage_error(what: str, exc: OSError) -> StorageUnavailable:
+    if STORAGE_HOOKS.on_error is not None:
+        STORAGE_HOOKS.on_error(what)
     return StorageUnavailable(
         f"message could not be stored: {what} failed: {exc.strerror or exc}",
         errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
@@ -365,7 +396,10 @@ class Store:
         differ = sorted(k for k, v in explicit.items() if current.get(k) != v)
         if differ:
             raise QueueNameExists(
-                f"queue {queue!r} exists with other values of {', '.join(differ)}", queue=queue, attributes=differ
+                f"queue {queue!r} exists with other values of {', '.join(differ)}; to change an existing queue's "
+                f"attributes use PUT /{queue}/attributes (mqctl queues attributes {queue} --set NAME=VALUE)",
+                queue=queue,
+                attributes=differ,
             )
 
     @staticmethod
@@ -552,7 +586,10 @@ class Store:
                 view = view[written:]
             if self.fsync:
                 step = "fsync"
+                started = time.perf_counter()
                 os.fsync(fd)
+                if STORAGE_HOOKS.on_fsync is not None:
+                    STORAGE_HOOKS.on_fsync("file", time.perf_counter() - started, 1)
         except OSError as exc:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -564,7 +601,7 @@ class Store:
         """Send, step 2: rename ``new/Q.ID`` into place and fsync the directory it went to.
 
         ``delay_ms == 0``: to ``queues/Q/ID.0`` (ready). ``delay_ms > 0``: to
-        ``delay/DL.Q.ID.0`` with ``DL = now + delay_ms`` (a delayed send:
+        ``delay/DL.Q.ID.0.LT`` with ``DL = now + delay_ms`` and a fresh lease token (a delayed send:
         mq-mover makes it ready when DL passes). Once this returns the message
         is durable. Directory fsyncs of concurrent publishers are group-committed.
 
@@ -586,7 +623,9 @@ class Store:
         if delay_ms > 0:
             deadline = (now if now is not None else now_ms()) + delay_ms
             target_dir = self.layout.delay
-            target = self.layout.delay_path(in_flight_name(deadline, pending.queue, pending.message_id, 0))
+            target = self.layout.delay_path(
+                in_flight_name(deadline, pending.queue, pending.message_id, 0, new_lease_token())
+            )
             if not os.path.isdir(qdir):
                 with contextlib.suppress(OSError):
                     os.unlink(pending.path)
@@ -734,7 +773,12 @@ class Store:
         now: int | None = None,
         policy: LeasePolicy | None = None,
     ) -> ReceivedMessage | None:
-        """Receive: rename ready ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC+1`` and read it.
+        """Receive: rename ready ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC+1.LT`` and read it.
+
+        ``LT`` is a fresh lease token (:func:`mqcore.names.new_lease_token`), so
+        the target name is this receive's alone: two receives racing for the
+        file (on this host or another, in the same millisecond) aim at two
+        different names, and the rename of the one source succeeds once.
 
         With a ``policy``, a message that was purged or outlived the retention
         period is moved to ``remove/``, and one already received
@@ -796,7 +840,7 @@ class Store:
                 logger.warning("ignoring foreign entry in queue=%s path=%s (not a file)", queue, src)
                 return None
             deadline = now + visibility_timeout_ms
-            leased = in_flight_name(deadline, queue, message_id, count + 1)
+            leased = in_flight_name(deadline, queue, message_id, count + 1, new_lease_token())
             try:
                 os.rename(src, self.layout.delay_path(leased))
             except FileNotFoundError:
@@ -1067,14 +1111,17 @@ class Store:
         """The current ``delay/`` name of the lease ``handle`` made, or None if that lease is over.
 
         Tries the handle itself (no change of visibility since), then ``hint``
-        (a name remembered by the caller), then lists ``delay/``.
+        (a name remembered by the caller; ignored unless it has the handle's
+        lease key), then lists ``delay/`` for a name with the handle's lease
+        key (:attr:`~mqcore.names.InFlightName.lease_key`). Never another lease
+        of the same message.
 
         Raises:
             InvalidReceiptHandle: Malformed, or of another queue.
         """
         parsed = self._handle(queue, handle)
-        for name in (handle, hint):
-            if name and os.path.lexists(self.layout.delay_path(name)):
+        for name in self._candidates(parsed, handle, hint):
+            if os.path.lexists(self.layout.delay_path(name)):
                 return name
         return self._search_lease(parsed)
 
@@ -1089,36 +1136,44 @@ class Store:
             handle -> current ``delay/`` name, for the leases still in flight.
         """
         found: dict[str, str] = {}
-        wanted: dict[str, str] = {}  # suffix ".Q.ID.RC" -> handle
+        wanted: dict[str, str] = {}  # lease key "Q.ID.RC.LT" -> handle
         for handle in handles:
             try:
                 parsed = self._handle(queue, handle)
             except InvalidReceiptHandle:
                 continue
-            hint = (hints or {}).get(handle)
-            for name in (handle, hint):
-                if name and os.path.lexists(self.layout.delay_path(name)):
+            for name in self._candidates(parsed, handle, (hints or {}).get(handle)):
+                if os.path.lexists(self.layout.delay_path(name)):
                     found[handle] = name
                     break
             else:
-                wanted[f".{parsed.queue}.{parsed.message_id}.{parsed.receive_count}"] = handle
+                wanted[parsed.lease_key] = handle
         if wanted:
             for name in self._listdir(self.layout.delay):
-                suffix = name[name.index(".") :] if "." in name else ""
-                handle = wanted.get(suffix)
+                handle = wanted.get(name[name.find(".") + 1 :])  # the key follows "DL."; parsed only on a hit
                 if handle is not None and parse_in_flight_name(name) is not None:
                     found[handle] = name
         return found
 
     def _search_lease(self, parsed: InFlightName) -> str | None:
-        suffix = f".{parsed.queue}.{parsed.message_id}.{parsed.receive_count}"
+        """The ``delay/`` name with the lease key of ``parsed`` (one listing), or None."""
+        key = parsed.lease_key
         for name in self._listdir(self.layout.delay):
-            if name.endswith(suffix) and parse_in_flight_name(name) is not None:
-                return name
+            if name.endswith(key):
+                item = parse_in_flight_name(name)
+                if item is not None and item.lease_key == key:
+                    return name
         return None
 
-    def _candidates(self, handle: str, hint: str | None) -> list[str]:
-        return [handle] if not hint or hint == handle else [handle, hint]
+    @staticmethod
+    def _candidates(parsed: InFlightName, handle: str, hint: str | None) -> list[str]:
+        """The handle, then ``hint`` if it names the same lease (same lease key), never another lease."""
+        if not hint or hint == handle:
+            return [handle]
+        hinted = parse_in_flight_name(hint)
+        if hinted is None or hinted.lease_key != parsed.lease_key:
+            return [handle]
+        return [handle, hint]
 
     def change_visibility(
         self,
@@ -1132,7 +1187,9 @@ class Store:
 
         The new deadline counts from ``now``. The rename of the lease's
         current ``delay/`` file is the compare-and-swap: if mq-mover
-        redelivered it first, the rename fails and nothing changes.
+        redelivered it first, the rename fails and nothing changes. The
+        lease keeps its key (``Q.ID.RC.LT``): only the deadline in the name
+        changes, so the handle keeps naming this lease and no other.
 
         Args:
             queue: The queue (must be the handle's).
@@ -1154,12 +1211,14 @@ class Store:
         parsed = self._handle(queue, handle)
         now = now if now is not None else now_ms()
         if visibility_timeout_ms > 0:
-            new_name = in_flight_name(now + visibility_timeout_ms, queue, parsed.message_id, parsed.receive_count)
+            new_name = in_flight_name(
+                now + visibility_timeout_ms, queue, parsed.message_id, parsed.receive_count, parsed.token
+            )
             target = self.layout.delay_path(new_name)
         else:
             new_name = handle
             target = os.path.join(self.layout.queue_dir(queue), ready_name(parsed.message_id, parsed.receive_count))
-        names = self._candidates(handle, hint)
+        names = self._candidates(parsed, handle, hint)
         for attempt in range(2):
             for name in names:
                 try:
@@ -1181,9 +1240,11 @@ class Store:
         """Delete the message ``handle`` received, only if no later receive took it (SQS: DeleteMessage).
 
         Tries the lease's ``delay/`` file (the handle, ``hint``, then a listing
-        of ``delay/``), then ``queues/Q/ID.RC`` with the handle's receive count
-        (the lease expired but nobody received the message since, so this
-        handle is still the latest). ``remove/`` is fsynced before returning.
+        of ``delay/`` for the handle's lease key: exactly this lease, never
+        another lease of the message), then ``queues/Q/ID.RC`` with the
+        handle's receive count (the lease expired but nobody received the
+        message since, so this handle is still the latest). ``remove/`` is
+        fsynced before returning.
 
         Returns:
             ``"in_flight"`` or ``"ready"``: where the message was.
@@ -1196,7 +1257,7 @@ class Store:
         parsed = self._handle(queue, handle)
         target = removed_name(queue, parsed.message_id)
         where = None
-        for name in self._candidates(handle, hint):
+        for name in self._candidates(parsed, handle, hint):
             if self._move_to_remove(self.layout.delay_path(name), target):
                 where = "in_flight"
                 break
@@ -1217,7 +1278,12 @@ class Store:
         return where  # type: ignore[return-value]
 
     def _raise_lease_over(self, parsed: InFlightName, *, in_flight_ok: bool) -> None:
-        """Raise the error that says why the lease of ``parsed`` cannot be acted on."""
+        """Raise the error that says why the lease of ``parsed`` cannot be acted on.
+
+        Stale: the message has a file with a higher receive count, or another
+        lease (another lease key) with the same one (a receive made again
+        after a power cut undid this handle's lease).
+        """
         queue, message_id, count = parsed.queue, parsed.message_id, parsed.receive_count
         qdir = self.layout.queue_dir(queue)
         if not in_flight_ok and os.path.lexists(os.path.join(qdir, ready_name(message_id, count))):
@@ -1227,12 +1293,14 @@ class Store:
                 message_id=message_id,
             )
         later = 0
+        rival = False  # another lease with this receive count
         infix = f".{queue}.{message_id}."
         for name in self._listdir(self.layout.delay):
             if infix in name:
                 item = parse_in_flight_name(name)
                 if item is not None and item.queue == queue and item.message_id == message_id:
                     later = max(later, item.receive_count)
+                    rival = rival or (item.receive_count == count and item.lease_key != parsed.lease_key)
         if later <= count:
             prefix = f"{message_id}."
             for name in self._listdir(qdir):
@@ -1247,6 +1315,14 @@ class Store:
                 queue=queue,
                 message_id=message_id,
                 receive_count=later,
+            )
+        if rival:
+            raise StaleReceiptHandle(
+                f"message {message_id} is in flight under another receive than this receipt handle's "
+                f"(receive {count} was made again)",
+                queue=queue,
+                message_id=message_id,
+                receive_count=count,
             )
         if not self.queue_exists(queue):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
@@ -1286,7 +1362,8 @@ class Store:
         if search:
             current = self.find_lease(queue, handle, hint)
         else:
-            current = next((n for n in (handle, hint) if n and os.path.lexists(self.layout.delay_path(n))), None)
+            candidates = self._candidates(parsed, handle, hint)
+            current = next((n for n in candidates if os.path.lexists(self.layout.delay_path(n))), None)
         if current is not None:
             message = self._take(
                 queue,

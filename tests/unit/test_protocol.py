@@ -270,7 +270,11 @@ def test_lease_renames_into_delay_with_the_deadline(store: Store) -> None:
     mid = store.send(Q, b"\x00\x01binary\xff", "application/x-thing")
     got = store.lease(Q, ready_name(mid, 0), VT_MS, now=T0)
     assert isinstance(got, ReceivedMessage)
-    expected_name = f"{T0 + VT_MS:013d}.{Q}.{mid}.1"
+    # Protocol v2: DL.Q.ID.RC.LT, the lease token LT unique to this receive (17-32 hex digits).
+    prefix = f"{T0 + VT_MS:013d}.{Q}.{mid}.1."
+    assert got.in_flight_name.startswith(prefix)
+    assert re.fullmatch(r"[0-9a-f]{17,32}", got.in_flight_name[len(prefix) :])
+    expected_name = got.in_flight_name
     assert got == ReceivedMessage(
         queue=Q,
         message_id=mid,
@@ -380,7 +384,8 @@ def test_redeliver_puts_it_back_with_the_receive_count(store: Store) -> None:
     second = store.lease(Q, ready_name(mid, 1), VT_MS, now=T0 + 1)
     assert second.receive_count == 2
     assert second.body == b"again"
-    assert ls(store, "delay") == [in_flight_name(T0 + 1 + VT_MS, Q, mid, 2)]
+    token = parse_in_flight_name(second.in_flight_name).token  # protocol v2: the receive's own lease token
+    assert ls(store, "delay") == [in_flight_name(T0 + 1 + VT_MS, Q, mid, 2, token)]
 
 
 def test_redeliver_of_a_vanished_file_is_gone(store: Store) -> None:
