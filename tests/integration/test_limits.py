@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -89,6 +90,12 @@ def test_connections_over_the_limit_get_503_json_and_are_closed(daemons: Daemons
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert "connection refused: 3 open (--max-connections)" in mq.log
+    sock = _connect(mq.url)
+    with sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        metrics = _read_all(sock).decode()
+    counted = re.search(r'^mq_refusals_total\{reason="connections"\} ([0-9.]+)$', metrics, re.M)
+    assert counted and float(counted.group(1)) >= 1, metrics[-2000:]
 
 
 def test_slow_headers_are_cut_off_after_the_idle_timeout(limited: Daemon) -> None:
