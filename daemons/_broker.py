@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import zlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +32,7 @@ from daemons._metrics import BrokerMetrics
 from daemons._redrive import RedriveRunner
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.errors import InvalidReceiptHandle, MQError, QueueFull, QueueNotFound
+from mqcore.errors import InvalidReceiptHandle, MQError, QueueFull, QueueNotFound, ServerBusy
 from mqcore.index import ReadyIndex
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
@@ -153,6 +153,9 @@ class Broker:
         self._attempt_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._rescan_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        #: Requests and connections refused to protect mq, by reason (connections, body_timeout,
+        #: waiters, unauthorized, forbidden): what /metrics can export (docs/security.md).
+        self.refusals: Counter[str] = Counter()
         self.metrics = BrokerMetrics(self)
         self.counts = self.metrics.counts
         self.health = Health(settings.root, settings.min_free_bytes)
@@ -865,6 +868,12 @@ class Broker:
                 remaining = deadline - loop.time()
                 if messages or self.stopping or remaining <= 0:
                     return messages
+                if self._arrivals[queue].holders > self.settings.max_waiters:
+                    self.refusals["waiters"] += 1
+                    raise ServerBusy(
+                        f"more than {self.settings.max_waiters} long polls wait on queue {queue} (--max-waiters)",
+                        queue=queue,
+                    )
                 woken = await _runtime.wait_for_wake(arrival, remaining)
             check_exists = not woken or self.stopping
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemons import _auth
 from daemons._broker import Broker
 from mqcore.attributes import (
     MAX_ATTEMPT_ID_CHARS,
@@ -33,7 +34,16 @@ from mqcore.attributes import (
     is_attempt_id,
     is_content_type,
 )
-from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable, cap, echo
+from mqcore.errors import (
+    InvalidAttribute,
+    InvalidRequest,
+    MessageTooLarge,
+    MQError,
+    RequestTimeout,
+    StorageUnavailable,
+    cap,
+    echo,
+)
 from mqcore.model import ReceivedMessage
 from mqcore.names import check_message_id, check_partition, check_queue_name, is_queue_prefix
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
@@ -73,23 +83,47 @@ async def errors_middleware(
             headers["Retry-After"] = str(retry_after)
         if isinstance(exc, StorageUnavailable):
             logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
-        return web.json_response(exc.to_json(), status=exc.status, headers=headers)
+        response = web.json_response(exc.to_json(), status=exc.status, headers=headers)
+        if isinstance(exc, RequestTimeout):  # answer, then cut the connection: never wait for the rest of the body
+            response.force_close()
+            await response.prepare(request)
+            await response.write_eof()
+            transport = request.transport
+            if transport is not None:  # FIN now (the client reads the 408), the socket closed a moment later
+                if transport.can_write_eof():
+                    transport.write_eof()
+                asyncio.get_running_loop().call_later(1.0, transport.close)
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed", 413: "message_too_large"}.get(exc.status, "http_error")
-        return _json_error(exc.status, code, exc.reason or "error")
+        allow = exc.headers.get("Allow")  # RFC 9110: a 405 lists the methods the route has
+        return _json_error(exc.status, code, exc.reason or "error", {"Allow": allow} if allow is not None else None)
     except Exception:
         logger.exception("internal error method=%s path=%s", request.method, request.path)
         return _json_error(500, "internal_error", "internal error; see the server log")
 
 
 async def read_body(request: web.Request, max_bytes: int) -> bytes:
-    """Read the request body, at most ``max_bytes`` bytes (stops reading as soon as it is over).
+    """Read the request body, at most ``max_bytes`` bytes, within the daemon's ``--body-timeout``.
 
     Raises:
         MessageTooLarge: Content-Length or the bytes received exceed ``max_bytes``.
+        RequestTimeout: The body took longer than ``body_timeout_seconds`` (408; the connection is closed).
     """
+    seconds = request.app[BROKER].settings.body_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            return await _read_body(request, max_bytes)
+    except TimeoutError:
+        request.app[BROKER].refusals["body_timeout"] += 1
+        logger.warning("body timeout method=%s path=%s peer=%s after %.0f s", request.method, request.path,
+                       request.remote, seconds)  # fmt: skip
+        raise RequestTimeout(f"the request body did not arrive within {seconds:g} s (--body-timeout)") from None
+
+
+async def _read_body(request: web.Request, max_bytes: int) -> bytes:
     if request.content_length is not None:
         if request.content_length > max_bytes:
             raise MessageTooLarge(request.content_length, max_bytes)
@@ -117,9 +151,12 @@ async def read_json(request: web.Request, max_bytes: int = SMALL_JSON_LIMIT_BYTE
             raise InvalidRequest("a JSON body is required")
         return None
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
+    if value is None:  # JSON null is not an empty body: the optional bodies are objects or nothing
+        raise InvalidRequest("the body must not be JSON null (send no body instead)")
+    return value
 
 
 def _short(value: object) -> str:
@@ -287,7 +324,8 @@ async def list_queues(request: web.Request) -> web.Response:
         raise InvalidRequest(
             "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)", parameter="prefix"
         )
-    return web.json_response({"queues": await request.app[BROKER].list_queues(prefix)})
+    queues = _auth.visible(request, await request.app[BROKER].list_queues(prefix))
+    return web.json_response({"queues": queues})
 
 
 async def get_queue(request: web.Request) -> web.Response:
@@ -738,6 +776,7 @@ async def start_redrive(request: web.Request) -> web.Response:
     destination = body.get("destination")
     if destination is not None:
         destination = check_queue_name(destination)
+        _auth.require(request, "send", destination)
     status = await request.app[BROKER].redrives.start(queue, destination, rate or DEFAULT_REDRIVE_RATE)
     return web.json_response({"task": status}, status=202)
 

@@ -394,6 +394,14 @@ class BrokerCollector(Collector):
             running.add_metric([label], 1 if is_running else 0)
         yield moved
         yield running
+        refused = CounterMetricFamily(
+            "mq_refusals",
+            "Requests and connections refused to protect mq, by reason (docs/security.md).",
+            labels=["reason"],
+        )
+        for reason in ("connections", "body_timeout", "waiters", "unauthorized", "forbidden"):
+            refused.add_metric([reason], self.broker.refusals[reason])
+        yield refused
         for kind, (name, doc) in BROKER_COUNTERS.items():
             counter = CounterMetricFamily(name, doc, labels=["queue"])
             for label, value in sorted(self.counts.counts[kind].items()):

@@ -183,6 +183,21 @@ def install_stop_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, _on_signal, stop, sig)
 
 
+def install_reload_signal(reload: Callable[[], None]) -> None:
+    """Call ``reload()`` on SIGHUP (mq: read the auth file again; connections stay open)."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, _on_reload, reload)
+
+
+def _on_reload(reload: Callable[[], None]) -> None:
+    logger.info("received SIGHUP, reloading")
+    sd_notify("RELOADING=1")
+    try:
+        reload()
+    finally:
+        sd_notify("READY=1")
+
+
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
     if stop.is_set():
         # One Ctrl-C reaches a whole process group (SIGINT), then mq-stack sends its children SIGTERM.

@@ -56,6 +56,22 @@ class Settings:
     """Region in the ARNs of the SQS protocol (docs/sqs.md)."""
     sqs_credentials: str = ""
     """JSON file of access key id -> secret key: SQS requests must carry a valid SigV4 signature ("" = any)."""
+    auth_file: str = ""
+    """TOML file of hashed tokens and their grants (daemons._auth); empty = no authentication."""
+    insecure_listen: bool = False
+    """Allow a non-loopback address without ``auth_file`` (docs/security.md)."""
+    tls_cert: str = ""
+    """PEM certificate chain for HTTPS; empty = plain HTTP."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    max_connections: int = 1024
+    """Most open client connections; one more is answered 503 server_busy and closed."""
+    idle_timeout_seconds: float = 75.0
+    """Seconds a connection may go without a complete request header (idle keep-alive or slow headers)."""
+    body_timeout_seconds: float = 60.0
+    """Seconds a request body may take to arrive (408 request_timeout after)."""
+    max_waiters: int = 1000
+    """Most long polls waiting on one queue at once (503 server_busy beyond)."""
     metrics_max_queues: int = 1000
     """Queues named in ``/metrics`` labels; the others are summed under ``queue="_other"`` (docs/metrics.md)."""
     min_free_bytes: int = 0
@@ -92,6 +108,11 @@ class Settings:
                     "sqs-credentials needs botocore: pip install 'mq[sqs]'", key="sqs_credentials"
                 ) from None
             load_credentials(self.sqs_credentials)  # ConfigError (exit 78) at start for a bad file
+        if not 1 <= self.max_connections <= 1_000_000:
+            raise ConfigError(f"max-connections must be 1-1000000, got {self.max_connections}", key="max_connections")
+        _runtime.check_interval("idle-timeout", self.idle_timeout_seconds)
+        _runtime.check_interval("body-timeout", self.body_timeout_seconds)
+        _runtime.positive("max-waiters", self.max_waiters)
         _runtime.positive("metrics-max-queues", self.metrics_max_queues, allow_zero=True)
         _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
 

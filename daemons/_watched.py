@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import click
 
+from daemons import _watchdog
 from daemons._runtime import (
     EXIT_OK,
     build_settings,
@@ -234,7 +235,11 @@ async def serve_daemon(
         daemon.log_start_up()
         log.info("%s ready root=%s", name, store.layout.root)
         sd_notify("READY=1")
-        await daemon.run(stop)
+        watchdog = asyncio.create_task(_watchdog.run(lambda: f"{name}: running"))
+        try:
+            await daemon.run(stop)
+        finally:
+            watchdog.cancel()
     finally:
         daemon.close()
         store.close()

@@ -34,12 +34,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 from aiohttp import web
 
-from daemons import _runtime
+from daemons import _auth, _listen, _runtime, _watchdog
 from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
 from daemons._console import add_console_routes
@@ -87,17 +88,17 @@ SHUTDOWN_TIMEOUT_SECONDS = 5.0
 MAX_HEADER_FIELD_BYTES = 32_768
 
 
-def make_app(broker: Broker) -> web.Application:
-    """The aiohttp application for ``broker`` (routes, error middleware).
+def make_app(broker: Broker, auth: _auth.Authenticator | None = None) -> web.Application:
+    """The aiohttp application for ``broker`` (routes, error middleware; with ``auth``, the token check first).
 
     ``client_max_size`` admits a full batch send (JSON, base64 bodies); every
     handler reads its body with its own, smaller limit (a single send: the
     queue's max_message_bytes).
     """
-    app = web.Application(
-        middlewares=[metrics_middleware(broker.metrics.times), errors_middleware],
-        client_max_size=broker.settings.batch_request_limit_bytes,
-    )
+    middlewares: list[Any] = [metrics_middleware(broker.metrics.times), errors_middleware]
+    if auth is not None:
+        middlewares.insert(1, _auth.make_auth_middleware(auth, broker.refusals))
+    app = web.Application(middlewares=middlewares, client_max_size=broker.settings.batch_request_limit_bytes)
     app[BROKER] = broker
     router = app.router
     # aiohttp tries the resources under "/{queue}..." in registration order: the hot ones first.
@@ -130,21 +131,23 @@ def make_app(broker: Broker) -> web.Application:
     return app
 
 
-def make_runner(broker: Broker) -> web.AppRunner:
+def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> web.AppRunner:
     """The aiohttp runner that serves ``broker`` (what :func:`serve` listens with).
 
     Requests whose client disconnects are cancelled (``handler_cancellation``:
     a long poll must not lease messages for a consumer that is gone); header
     values up to :data:`MAX_HEADER_FIELD_BYTES` are read; a request line or header over aiohttp's
-    limits gets the JSON error body (``daemons._badrequest``).
+    limits gets the JSON error body (``daemons._badrequest``); a connection without a complete
+    request header for ``idle_timeout_seconds`` is closed (idle keep-alive or slow headers).
     """
     access_log = logging.getLogger("mq.access") if broker.settings.access_log else None
     return make_json_errors_runner(
-        make_app(broker),
+        make_app(broker, auth),
         access_log=access_log,
         handle_signals=False,
         handler_cancellation=True,
         max_field_size=MAX_HEADER_FIELD_BYTES,
+        keepalive_timeout=broker.settings.idle_timeout_seconds,
     )
 
 
@@ -160,13 +163,28 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
         Exit code 0.
     """
     stop = shutdown_trigger or asyncio.Event()
+    auth = _auth.Authenticator(settings.auth_file) if settings.auth_file else None
+    tls = _listen.tls_context(settings.tls_cert, settings.tls_key)
+    sock = _listen.inherited_socket()
+    address = sock.getsockname()[0] if sock is not None else settings.address
+    exposure = _listen.check_exposure(address, auth=auth is not None, insecure_listen=settings.insecure_listen)
     if shutdown_trigger is None:
         _runtime.install_stop_signals(stop)
     broker = Broker(settings)
     await broker.start()
-    runner = make_runner(broker)
+    runner = make_runner(broker, auth)
     await runner.setup()
-    site = web.TCPSite(runner, settings.address, settings.port, shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS, backlog=1024)
+    site = _listen.LimitedSite(
+        runner,
+        settings.address,
+        settings.port,
+        sock=sock,
+        max_connections=settings.max_connections,
+        refusals=broker.refusals,
+        ssl_context=tls,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
+        backlog=1024,
+    )
     try:
         await site.start()
     except OSError as exc:
@@ -174,15 +192,42 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
         await broker.close()
         raise ConfigError(f"cannot listen on {settings.address}:{settings.port}: {exc.strerror}") from exc
     host, port = runner.addresses[0][:2]
-    logger.info("mq listening on http://%s:%d root=%s workers=%d", host, port, settings.root, settings.workers)
+    logger.info(exposure)
+    if auth is not None:
+        _runtime.install_reload_signal(auth.reload)
+        logger.info("auth file %s: %d tokens (SIGHUP reloads it)", settings.auth_file, auth.count)
+    elif shutdown_trigger is None:  # systemctl reload must not kill mq: SIGHUP only says there is nothing to reload
+        _runtime.install_reload_signal(lambda: logger.info("nothing to reload (no --auth-file)"))
+    if sock is not None:
+        logger.info("socket activation: serving the socket systemd passed (fd %d)", sock.fileno())
+    scheme = "https" if tls is not None else "http"
+    host_text = f"[{host}]" if ":" in host else host
+    logger.info(
+        "mq listening on %s://%s:%d root=%s workers=%d", scheme, host_text, port, settings.root, settings.workers
+    )
     _runtime.sd_notify("READY=1")
+    watchdog = asyncio.create_task(_watchdog.run(_status_line(broker, runner)))
     await stop.wait()
+    watchdog.cancel()
     logger.info("stopping: finishing in-flight requests")
     await broker.begin_stop()
     await runner.cleanup()
     await broker.close()
     logger.info("stopped")
     return _runtime.EXIT_OK
+
+
+def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
+    """The watchdog's STATUS= text: queues this daemon holds in memory, requests per second since the last line."""
+    rate = _watchdog.Rate()
+
+    def line() -> str:
+        server = runner.server
+        per_second = rate.update(server.requests_count if server is not None else 0)
+        queues = sum(len(fetcher.queues) for fetcher in broker.fetchers)
+        return f"serving: {queues} queues active, {per_second:.1f} requests/s"
+
+    return line
 
 
 @click.command(name="mq", context_settings={"help_option_names": ["-h", "--help"]})
@@ -310,6 +355,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     show_default=True,
     help="JSON file of access key id -> secret key; SQS requests must then be SigV4-signed with one.",
 )
+@_listen.security_options
 @click.pass_context
 def cli(ctx: click.Context, **values: Any) -> int:
     """mq: the HTTP front end of the queue."""
@@ -330,6 +376,14 @@ def cli(ctx: click.Context, **values: Any) -> int:
         sqs_account_id=values["sqs_account_id"],
         sqs_region=values["sqs_region"],
         sqs_credentials=values["sqs_credentials"],
+        auth_file=values["auth_file"],
+        insecure_listen=values["insecure_listen"],
+        tls_cert=values["tls_cert"],
+        tls_key=values["tls_key"],
+        max_connections=values["max_connections"],
+        idle_timeout_seconds=values["idle_timeout"],
+        body_timeout_seconds=values["body_timeout"],
+        max_waiters=values["max_waiters"],
         metrics_max_queues=values["metrics_max_queues"],
         min_free_bytes=values["min_free_bytes"],
     )

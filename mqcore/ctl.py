@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -36,6 +37,7 @@ from typing import IO, Any, BinaryIO
 import click
 from click.core import ParameterSource
 
+from mqcore.auth import ACTIONS, entry_toml
 from mqcore.client import BatchEntry, Message, PeekedMessage, connect
 from mqcore.client._types import TEXT_CONTENT_TYPE
 from mqcore.errors import (
@@ -322,12 +324,16 @@ class Settings:
         root: Root folder for brokerless mode, or None.
         retries: Extra attempts of an HTTP request after a connection failure, 503 or 429.
         timeout_seconds: HTTP timeout of a request, in seconds (a long poll adds its wait).
+        token: Bearer token (``--token``, MQ_TOKEN), or None.
+        ca_bundle: PEM CA bundle that verifies an https:// server (``--ca-bundle``, MQ_CA_BUNDLE), or None.
     """
 
     url: str
     root: str | None
     retries: int
     timeout_seconds: float
+    token: str | None = None
+    ca_bundle: str | None = None
     _client: Any = field(default=None, repr=False)
 
     def client(self) -> Any:
@@ -336,7 +342,13 @@ class Settings:
             if self.root is not None:
                 self._client = connect(self.root)
             else:
-                self._client = connect(self.url, timeout_seconds=self.timeout_seconds, max_retries=self.retries)
+                self._client = connect(
+                    self.url,
+                    timeout_seconds=self.timeout_seconds,
+                    max_retries=self.retries,
+                    token=self.token,
+                    ca_bundle=self.ca_bundle,
+                )
         return self._client
 
     def close(self) -> None:
@@ -389,10 +401,28 @@ pass_settings = click.make_pass_decorator(Settings)
     show_default=True,
     help="HTTP only: seconds to wait for an answer (a long poll adds its wait).",
 )
+@click.option("--token", default=None, envvar="MQ_TOKEN", show_envvar=True, help="HTTP only: bearer token.")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    envvar="MQ_CA_BUNDLE",
+    show_envvar=True,
+    help="HTTPS only: PEM file of the CAs that sign the server's certificate (default: the system's).",
+)
 @click.option("-v", "--verbose", count=True, help="Log more on stderr: -v info, -vv debug (every HTTP request).")
 @click.version_option(package_name="mq", prog_name="mqctl")
 @click.pass_context
-def cli(ctx: click.Context, url: str, root: str | None, retries: int, timeout_seconds: float, verbose: int) -> None:
+def cli(
+    ctx: click.Context,
+    url: str,
+    root: str | None,
+    retries: int,
+    timeout_seconds: float,
+    token: str | None,
+    ca_bundle: str | None,
+    verbose: int,
+) -> None:
     """mqctl: manage mq queues and send, receive and inspect messages.
 
     Talks to the server at --url (env MQ_URL), or, with --root DIR (env MQ_ROOT), works on the
@@ -415,9 +445,39 @@ def cli(ctx: click.Context, url: str, root: str | None, retries: int, timeout_se
     setup_logging(verbose)
     global _server_url
     _server_url = url if root is None else None
-    settings = Settings(url=url, root=root, retries=retries, timeout_seconds=timeout_seconds)
+    settings = Settings(
+        url=url, root=root, retries=retries, timeout_seconds=timeout_seconds, token=token, ca_bundle=ca_bundle
+    )
     ctx.obj = settings
     ctx.call_on_close(settings.close)
+
+
+# -- auth -------------------------------------------------------------------------------------------------
+
+
+@cli.group()
+def auth() -> None:
+    """Make entries of the server's --auth-file (docs/security.md)."""
+
+
+@auth.command("hash")
+@click.option("--name", default="client", show_default=True, help="Entry name (logged by mq; never the token).")
+@click.option("--queue", "queues_", multiple=True, help="Queue glob it may use (repeatable; default *).")
+@click.option(
+    "--action", "actions", multiple=True, type=click.Choice(ACTIONS), help="Action (repeatable; default: all)."
+)
+@click.option("--token-stdin", is_flag=True, help="Hash the token read from stdin instead of making a new one.")
+def auth_hash(name: str, queues_: tuple[str, ...], actions: tuple[str, ...], token_stdin: bool) -> None:
+    """Print an auth file entry (stdout) for a new random token (printed once on stderr).
+
+    The entry holds only a salted scrypt hash; append it to the auth file and send mq SIGHUP.
+    """
+    token = sys.stdin.readline().strip() if token_stdin else secrets.token_urlsafe(32)
+    if not token:
+        raise click.UsageError("the token read from stdin is empty")
+    if not token_stdin:
+        click.echo(f"token (give it to the client; mq stores only its hash): {token}", err=True)
+    click.echo(entry_toml(name, token, list(queues_) or ["*"], list(actions) or list(ACTIONS)), nl=False)
 
 
 # -- queues -----------------------------------------------------------------------------------------------

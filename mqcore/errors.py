@@ -241,6 +241,44 @@ class MethodNotAllowed(InvalidRequest):
     status = 405
 
 
+class Unauthorized(MQError):
+    """No token, or a token the server does not know (HTTP 401 ``unauthorized``, with
+    ``WWW-Authenticate: Bearer``; RFC 6750). Not retriable: the same token fails again."""
+
+    code = "unauthorized"
+    status = 401
+
+
+class Forbidden(MQError):
+    """A known token without the action on this queue (HTTP 403 ``forbidden``; RFC 6750
+    ``insufficient_scope``). ``details``: ``action`` and ``queue`` (null for a route of no queue)."""
+
+    code = "forbidden"
+    status = 403
+
+
+class RequestTimeout(MQError):
+    """The request's body did not arrive within the server's ``--body-timeout`` (HTTP 408
+    ``request_timeout``); the server closes the connection. Retriable: nothing was stored."""
+
+    code = "request_timeout"
+    status = 408
+    retriable = True
+
+
+class ServerBusy(MQError):
+    """The server refused the request or connection to protect itself: too many connections or
+    long-poll waiters (HTTP 503 ``server_busy``, ``Retry-After``). Retriable."""
+
+    code = "server_busy"
+    status = 503
+    retriable = True
+
+    def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
+        super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
+        self.retry_after_seconds = retry_after_seconds
+
+
 class HTTPError(MQError):
     """Any other HTTP-level error of the server (``http_error``; ``details["status"]``)."""
 

@@ -38,7 +38,7 @@ READY_TIMEOUT_SECONDS = 15.0
 #: How long a daemon may take to exit after SIGTERM, in seconds.
 STOP_TIMEOUT_SECONDS = 20.0
 
-_MQ_URL_RE = re.compile(r"mq listening on (http://[^\s/]+)")
+_MQ_URL_RE = re.compile(r"mq listening on (https?://[^\s/]+)")
 
 
 class DaemonError(AssertionError):
@@ -60,7 +60,7 @@ class Daemon:
         "mq-reaper": "daemons.reaper",
     }
     READY: ClassVar[dict[str, str]] = {
-        "mq": "mq listening on http://",
+        "mq": "mq listening on http",
         "mq-mover": "mq-mover ready",
         "mq-reaper": "mq-reaper ready",
     }

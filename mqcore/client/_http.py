@@ -33,6 +33,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
+import ssl
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -458,6 +460,24 @@ def _connection_failed(request: _Request, exc: httpx.TransportError) -> Connecti
     )
 
 
+def _security(
+    url: str, token: str | None, ca_bundle: str | None, verify: bool
+) -> tuple[dict[str, str], ssl.SSLContext | bool]:
+    """The headers (Authorization) and the httpx ``verify`` value from the arguments or MQ_TOKEN/MQ_CA_BUNDLE.
+
+    Raises:
+        FileNotFoundError, ssl.SSLError: The CA bundle cannot be read.
+    """
+    token = token if token is not None else os.environ.get("MQ_TOKEN") or None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if not verify or not url.startswith("https:"):
+        return headers, verify  # plain HTTP needs no context (httpx makes its default one)
+    bundle = ca_bundle if ca_bundle is not None else os.environ.get("MQ_CA_BUNDLE") or None
+    context = ssl.create_default_context(cafile=bundle) if bundle else ssl.create_default_context()
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return headers, context
+
+
 def _is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, MQError) and exc.retriable
 
@@ -540,6 +560,13 @@ _CLIENT_ARGS_DOC = """
             sleeps a random time in [0, min(max_backoff_seconds, backoff_seconds * 2 ** (n - 1))]
             (full jitter), and at least the server's Retry-After.
         max_backoff_seconds: Cap of the backoff window, in seconds (a longer Retry-After is honoured).
+        token: Bearer token for a server started with ``--auth-file`` (docs/security.md); None =
+            ``MQ_TOKEN`` from the environment, if set. Sent as ``Authorization: Bearer``.
+        ca_bundle: PEM file of the CAs that sign the server's certificate (``https://`` URLs);
+            None = ``MQ_CA_BUNDLE`` if set, else the system's CAs. The server is always verified
+            unless ``verify`` is False.
+        verify: False disables certificate verification (testing only: anyone on the path can
+            read the token and the messages).
 
     Raises:
         ValueError: A negative count or duration, or ``timeout_seconds`` <= 0.
@@ -572,6 +599,9 @@ class Client(_Base):
         max_retries: int = 3,
         backoff_seconds: float = 0.1,
         max_backoff_seconds: float = 10.0,
+        token: str | None = None,
+        ca_bundle: str | None = None,
+        verify: bool = True,
     ) -> None:
         super().__init__(
             url,
@@ -580,7 +610,8 @@ class Client(_Base):
             backoff_seconds=backoff_seconds,
             max_backoff_seconds=max_backoff_seconds,
         )
-        self._http = httpx.Client(base_url=url, timeout=timeout_seconds)
+        headers, tls = _security(url, token, ca_bundle, verify)
+        self._http = httpx.Client(base_url=url, timeout=timeout_seconds, headers=headers, verify=tls)
 
     # -- driver --
 
@@ -1028,6 +1059,9 @@ class AsyncClient(_Base):
         max_retries: int = 3,
         backoff_seconds: float = 0.1,
         max_backoff_seconds: float = 10.0,
+        token: str | None = None,
+        ca_bundle: str | None = None,
+        verify: bool = True,
     ) -> None:
         super().__init__(
             url,
@@ -1036,7 +1070,8 @@ class AsyncClient(_Base):
             backoff_seconds=backoff_seconds,
             max_backoff_seconds=max_backoff_seconds,
         )
-        self._http = httpx.AsyncClient(base_url=url, timeout=timeout_seconds)
+        headers, tls = _security(url, token, ca_bundle, verify)
+        self._http = httpx.AsyncClient(base_url=url, timeout=timeout_seconds, headers=headers, verify=tls)
 
     # -- driver --
 

@@ -198,6 +198,7 @@ class Worker:
         install_signal_handlers: Make SIGINT and SIGTERM call :meth:`stop` while :meth:`run`
             runs on the main thread (the previous handlers are restored when it returns; a
             second signal goes to them, e.g. a second Ctrl-C raises KeyboardInterrupt).
+        token: Bearer token when ``client`` is a URL (default: ``MQ_TOKEN``; docs/security.md).
 
     Raises:
         ValueError: An argument is out of its range, or only one of ``partition`` and
@@ -218,6 +219,7 @@ class Worker:
         retry_backoff_seconds: float = 1.0,
         max_retry_backoff_seconds: float = 300.0,
         install_signal_handlers: bool = True,
+        token: str | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -255,6 +257,7 @@ class Worker:
         self.max_retry_backoff_seconds = max_retry_backoff_seconds
         self.install_signal_handlers = install_signal_handlers
         self._client = client
+        self._token = token
         self._lock = threading.RLock()  # stop() may run in a signal handler on the main thread
         self._stop_requested = False
         self._current: _Run | None = None
@@ -379,7 +382,8 @@ class Worker:
             return
         from mqcore.client import connect
 
-        client: WorkerClient = connect(self._client)
+        options = {"token": self._token} if self._token is not None else {}
+        client: WorkerClient = connect(self._client, **options)
         try:
             yield client
         finally:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from mqcore.client import Client, LocalClient, connect
@@ -43,7 +43,7 @@ _CONSUMER_RE = re.compile(rf"[!-~]{{1,{MAX_CONSUMER_LENGTH}}}")  # printable ASC
 Mode = Literal["read", "stream", "load", "write"]
 
 #: The options each use accepts (lower-cased, as Spark passes them); ``path`` comes from ``load(path)``.
-_COMMON = {"url", "root", "queue", "path"}
+_COMMON = {"url", "root", "queue", "path", "token", "cabundle"}
 _KNOWN: dict[Mode, set[str]] = {
     "read": _COMMON | {"queues", "numpartitions", "pagesize", "includedeadletters"},
     "stream": _COMMON
@@ -76,6 +76,8 @@ class SourceOptions:
         batch_size: Entries per ``send_batch`` request of a write.
         content_type: Content-Type of string bodies written.
         prefetch: Streaming read: lease the next micro-batch while Spark processes the current one.
+        token: Bearer token for a server with ``--auth-file`` (option ``token``; default MQ_TOKEN of each process).
+        ca_bundle: PEM CA bundle verifying an ``https://`` url (option ``caBundle``; default MQ_CA_BUNDLE).
     """
 
     target: str
@@ -89,9 +91,13 @@ class SourceOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     content_type: str = DEFAULT_CONTENT_TYPE
     prefetch: bool = False
+    token: str | None = field(default=None, repr=False)
+    ca_bundle: str | None = None
 
     def connect(self) -> Client | LocalClient:
         """A new client of :attr:`target` (the caller closes it)."""
+        if self.target.startswith(("http://", "https://")):
+            return connect(self.target, token=self.token, ca_bundle=self.ca_bundle)
         return connect(self.target)
 
 
@@ -191,4 +197,6 @@ def parse(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         batch_size=_integer(options, "batchsize", "batchSize", DEFAULT_BATCH_SIZE, 1, 1000),
         content_type=str(options.get("contenttype", DEFAULT_CONTENT_TYPE)),
         prefetch=_boolean(options, "prefetch", "prefetch", False),
+        token=str(options["token"]) if options.get("token") else None,
+        ca_bundle=str(options["cabundle"]) if options.get("cabundle") else None,
     )

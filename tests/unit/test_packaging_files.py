@@ -34,7 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 TOML_PATH = REPO / "config" / "mq.toml"
 ENV_PATH = REPO / "config" / "mq.env"
 SYSTEMD_DIR = REPO / "systemd"
-UNITS = ("mq.service", "mq-mover.service", "mq-reaper.service", "mq.target")
+UNITS = ("mq.service", "mq-mover.service", "mq-reaper.service", "mq.target", "mq.socket")
+#: Highest `systemd-analyze security` exposure allowed for each service (issue 16; 10 = unprotected).
+MAX_EXPOSURE = 2.0
 #: TOML table -> (module, console script) of each daemon.
 DAEMONS = {
     "mq": ("daemons.front", "mq"),
@@ -179,3 +181,86 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     assert result.returncode == 0 and not result.stderr and not result.stdout, (
         f"systemd-analyze verify exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
+
+
+def _installed_copies(tmp_path: Path) -> Path:
+    """Copies of the units whose ExecStart points at this environment's console scripts."""
+    bin_dir = Path(sys.executable).parent
+    for unit in UNITS:
+        text = (SYSTEMD_DIR / unit).read_text()
+        (tmp_path / unit).write_text(text.replace(f"ExecStart={INSTALLED_BIN}", f"ExecStart={bin_dir}/"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("section", sorted(DAEMONS))
+def test_service_exposure_is_at_most_2(section: str, tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        _skip_or_fail("systemd-analyze is not installed")
+    unit = f"{DAEMONS[section][1]}.service"
+    result = subprocess.run(
+        [analyze, "security", "--offline=true", "--no-pager", unit],
+        cwd=_installed_copies(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_COLORS": "0"},
+        check=False,
+    )
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
+    assert match, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert float(match.group(1)) <= MAX_EXPOSURE, result.stdout
+
+
+@pytest.mark.parametrize("section", sorted(DAEMONS))
+def test_services_are_hardened_and_have_a_watchdog(section: str) -> None:
+    keys = _unit_keys(SYSTEMD_DIR / f"{DAEMONS[section][1]}.service")
+    for key, value in {
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "CapabilityBoundingSet": "",
+        "MemoryDenyWriteExecute": "yes",
+        "StateDirectory": "mq",
+        "User": "mq",
+    }.items():
+        assert keys.get(key) == [value], f"{section}: {key}={keys.get(key)}"
+    assert keys["SystemCallFilter"][0] == "@system-service"
+    assert int(keys["WatchdogSec"][0]) > 0
+    families = set(keys["RestrictAddressFamilies"][0].split())
+    assert families <= {"AF_INET", "AF_INET6", "AF_UNIX"} and "AF_UNIX" in families  # AF_UNIX: sd_notify
+
+
+def test_mq_unit_states_the_daemons_shutdown_wait() -> None:
+    from daemons.front import SHUTDOWN_TIMEOUT_SECONDS
+
+    text = (SYSTEMD_DIR / "mq.service").read_text()
+    match = re.search(r"up to (\d+) s in the daemon", text)
+    assert match and float(match.group(1)) == SHUTDOWN_TIMEOUT_SECONDS
+    stop = int(_unit_keys(SYSTEMD_DIR / "mq.service")["TimeoutStopSec"][0])
+    assert stop > SHUTDOWN_TIMEOUT_SECONDS  # systemd never kills a stop that is within the daemon's own wait
+
+
+def test_socket_unit_activates_mq_on_loopback() -> None:
+    keys = _unit_keys(SYSTEMD_DIR / "mq.socket")
+    assert keys["Service"] == ["mq.service"]
+    assert keys["ListenStream"] == ["127.0.0.1:8080"]
+    config = _toml()["mq"]
+    assert f"{config['address']}:{config['port']}" == keys["ListenStream"][0]
+
+
+def test_sysusers_file_creates_the_mq_user(tmp_path: Path) -> None:
+    sysusers = shutil.which("systemd-sysusers")
+    if sysusers is None:
+        _skip_or_fail("systemd-sysusers is not installed")
+    (tmp_path / "etc").mkdir()
+    result = subprocess.run(
+        [sysusers, f"--root={tmp_path}", str(SYSTEMD_DIR / "mq.sysusers")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    passwd = (tmp_path / "etc" / "passwd").read_text().splitlines()
+    user = next(line.split(":") for line in passwd if line.startswith("mq:"))
+    assert user[5] == PACKAGED_ROOT and user[6] == "/usr/sbin/nologin"
+    assert any(line.startswith("mq:") for line in (tmp_path / "etc" / "group").read_text().splitlines())
