@@ -70,6 +70,11 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): OPEN,
     ("GET", "/metrics"): "admin",
+    # Issue 13's SQS endpoint: SDKs sign with SigV4 (--sqs-credentials) and send no bearer token, so with
+    # --auth-file it is open only to an admin-on-every-queue token until access keys map onto grants
+    # (docs/security.md): closed rather than open to anyone.
+    ("POST", "/"): "admin",
+    ("POST", "/{account}/{queue}"): "admin",
 }
 #: Canonical routes starting with this are the web console's static files: open (they hold no data; the API
 #: calls the console makes are checked as above).
