@@ -66,6 +66,7 @@ from daemons._http import (
 )
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from mqcore.errors import ConfigError
+from mqcore.fsinfo import shared_warning
 
 __all__ = ["Broker", "Settings", "cli", "main", "make_app", "make_runner", "serve"]
 
@@ -148,6 +149,9 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     if shutdown_trigger is None:
         _runtime.install_stop_signals(stop)
     broker = Broker(settings)
+    shared = shared_warning(settings.root, broker.mount)
+    if shared:
+        logger.warning("%s", shared)
     await broker.start()
     runner = make_runner(broker)
     await runner.setup()

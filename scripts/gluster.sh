@@ -82,7 +82,11 @@ volume management
 end-volume
 EOF
         glusterd -f "$STATE/glusterd.vol" -p "$STATE/run/glusterd.pid" -l "$STATE/log/glusterd.log" \
-            --log-level=WARNING
+            --log-level=WARNING || {
+            echo "gluster.sh: glusterd failed to start (another glusterd on $ADDR:24007?); $STATE/log/glusterd.log:" >&2
+            tail -5 "$STATE/log/glusterd.log" >&2 || true
+            exit 1
+        }
         for _ in $(seq 100); do cli volume list >/dev/null 2>&1 && break; sleep 0.1; done
         cli volume list >/dev/null 2>&1 || { echo "gluster.sh: glusterd did not answer" >&2; exit 1; }
     fi

@@ -16,6 +16,7 @@ Clients are the project's own (``mqcore.client.connect``): HTTP for a URL, broke
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import defaultdict
@@ -144,7 +145,7 @@ def double_deliveries(ledger: Ledger, visibility_timeout: float) -> list[tuple[D
     doubles = []
     for deliveries in by_id.values():
         deliveries.sort(key=lambda d: d.began)
-        for first, second in zip(deliveries, deliveries[1:], strict=False):
+        for first, second in itertools.pairwise(deliveries):
             if second.answered < first.began + visibility_timeout or second.receive_count == first.receive_count:
                 doubles.append((first, second))
     return doubles

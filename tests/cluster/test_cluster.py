@@ -119,22 +119,21 @@ def test_a_receipt_handle_from_one_host_is_honoured_on_the_others(hosts):
         assert httpx.delete(f"{c}/handles/messages/{r.headers['X-Message-Id']}", params=params).status_code == 200
 
 
-def test_a_message_sent_through_one_host_is_delivered_through_another_within_a_bounded_delay(hosts):
-    """inotify sees only its own mount: the other host must find the send by itself, soon."""
+def test_a_message_sent_through_one_host_is_delivered_through_another_long_before_a_rescan(hosts):
+    """inotify sees only its own mount: the other host finds the send by its directory change check.
+
+    The hosts' mq rescan every 30 s (CLUSTER_MQ_ARGS); a long poll of 10 s on B that gets A's message
+    proves B found it without a rescan (bench/cluster.py measures the delay).
+    """
     a, b = hosts[0].stack.url, hosts[1].stack.url
     httpx.put(f"{a}/crosshost")
-    delays = []
     with httpx.Client(timeout=30) as http:
-        for i in range(20):
-            http.get(f"{b}/crosshost/messages?wait_time_seconds=0")  # B has the queue indexed
-            sent_at = time.monotonic()
+        for i in range(5):
+            assert http.get(f"{b}/crosshost/messages?wait_time_seconds=0").status_code == 204  # indexed on B
             mid = http.post(f"{a}/crosshost/messages", content=b"x%d" % i).headers["X-Message-Id"]
             r = http.get(f"{b}/crosshost/messages?wait_time_seconds=10")
-            delays.append(time.monotonic() - sent_at)
-            assert r.status_code == 200 and r.headers["X-Message-Id"] == mid
+            assert r.status_code == 200 and r.headers["X-Message-Id"] == mid, hosts[1].stack.logs()
             http.delete(f"{b}/crosshost/messages/{mid}", params={"receipt_handle": r.headers["X-Receipt-Handle"]})
-    delays.sort()
-    print(f"cross-host send->receive delay: p50 {delays[10] * 1000:.0f} ms, max {delays[-1] * 1000:.0f} ms")
 
 
 def test_two_hosts_racing_for_the_head_of_one_queue_never_share_a_message(hosts):
