@@ -57,8 +57,11 @@ def _missing() -> str | None:
         return "GlusterFS needs root (glusterd, FUSE mounts)"
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
-    for binary, package in (("glusterd", "glusterfs-server"), ("gluster", "glusterfs-server"),
-                            ("glusterfs", "glusterfs-client")):
+    for binary, package in (
+        ("glusterd", "glusterfs-server"),
+        ("gluster", "glusterfs-server"),
+        ("glusterfs", "glusterfs-client"),
+    ):
         if _which(binary) is None:
             return f"{binary} not found (apt-get install {package})"
     return None
@@ -79,8 +82,12 @@ class Gluster:
     @property
     def env(self) -> dict[str, str]:
         """Environment for ``scripts/gluster.sh`` and ``gluster`` commands of this volume."""
-        return {**os.environ, "MQ_GLUSTER_STATE": str(self.state), "MQ_GLUSTER_HOSTS": str(HOSTS),
-                "PATH": os.environ.get("PATH", "") + ":" + ":".join(SBIN)}
+        return {
+            **os.environ,
+            "MQ_GLUSTER_STATE": str(self.state),
+            "MQ_GLUSTER_HOSTS": str(HOSTS),
+            "PATH": os.environ.get("PATH", "") + ":" + ":".join(SBIN),
+        }
 
     def script(self, command: str) -> str:
         """Run ``scripts/gluster.sh COMMAND``; return its stdout.
@@ -95,9 +102,18 @@ class Gluster:
     def cli(self, *args: str) -> str:
         """Run the ``gluster`` CLI against this volume's glusterd; return its stdout."""
         return subprocess.run(
-            ["gluster", "--mode=script", f"--glusterd-sock={self.state}/run/glusterd.socket",
-             f"--log-file={self.state}/log/cli.log", *args],
-            env=self.env, capture_output=True, text=True, timeout=120, check=True,
+            [
+                "gluster",
+                "--mode=script",
+                f"--glusterd-sock={self.state}/run/glusterd.socket",
+                f"--log-file={self.state}/log/cli.log",
+                *args,
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
         ).stdout
 
     def brick_pid(self, brick: int) -> int:
@@ -113,6 +129,11 @@ class Gluster:
         pids = [int(p) for p in out.split()]
         assert len(pids) == 1, f"FUSE client of {mount}: {pids}"
         return pids[0]
+
+    def mount(self, host: int) -> None:
+        """Mount the volume again at host ``host``'s mount point (after a lost FUSE client), as ``gluster.sh up``."""
+        self.script("up")
+        assert os.path.ismount(self.mounts[host]), f"{self.mounts[host]} not mounted again"
 
     def start_force(self) -> None:
         """``gluster volume start VOL force``: restart dead bricks."""
