@@ -410,7 +410,7 @@ class Broker:
                     next_full = loop.time() + interval
                 else:
                     await self.rescan_changed()
-            except MQError as exc:
+            except (MQError, OSError) as exc:  # OSError: e.g. ENOTCONN from a lost FUSE mount; retried next time
                 logger.error("rescan failed error=%s", exc)
 
     async def rescan_all(self) -> None:

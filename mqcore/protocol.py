@@ -291,8 +291,18 @@ class Store:
     # -- queues ------------------------------------------------------------
 
     def queue_exists(self, queue: QueueName) -> bool:
-        """True if ``queues/<queue>`` is a directory."""
-        return os.path.isdir(self.layout.queue_dir(queue))
+        """True if ``queues/<queue>`` is a directory.
+
+        Raises:
+            StorageUnavailable: The ``stat`` failed other than with ENOENT/ENOTDIR (e.g. ENOTCONN on a lost
+                FUSE mount, EIO): whether the queue exists is unknown, so it must not be answered as missing.
+        """
+        try:
+            return stat.S_ISDIR(os.stat(self.layout.queue_dir(queue)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise _storage_error("stat of the queue directory", exc) from exc
 
     def create_queue(
         self,

@@ -137,7 +137,6 @@ def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_not
         t.join(60)
     counts = check(ledger, 30)
     assert counts["acknowledged"] == 180, (counts, ledger.errors[:5])
-    gluster.wait_healed()
 
 
 def _status_and_retry_after(url: str, method: str, path: str, **kwargs) -> tuple[int, str | None]:
@@ -154,7 +153,7 @@ def test_a_host_whose_mount_is_lost_answers_503_and_recovers_when_it_comes_back(
     os.kill(gluster.fuse_pid(2), signal.SIGKILL)
     with pytest.raises(OSError) as lost:
         os.stat(host.root)
-    assert lost.value.errno == errno.ENOTCONN
+    assert lost.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the kernel says which: both mean "lost"
     answers = {
         "send": _status_and_retry_after(url, "POST", f"/{queue}/messages", content=b"during"),
         "receive": _status_and_retry_after(url, "GET", f"/{queue}/messages"),
