@@ -1,8 +1,9 @@
 """mq-mover: makes in-flight and delayed messages ready again when their deadline passes.
 
-A receive renames ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC`` (``DL`` = deadline
-in epoch milliseconds, ``RC`` >= 1); a send with a delay writes
-``delay/DL.Q.ID.0`` (``RC`` = 0). When ``DL`` has passed this daemon moves
+A receive renames ``queues/Q/ID.RC`` to ``delay/DL.Q.ID.RC.LT`` (``DL`` = deadline
+in epoch milliseconds, ``RC`` >= 1, ``LT`` the receive's lease token); a send
+with a delay writes ``delay/DL.Q.ID.0.LT`` (``RC`` = 0). Names of protocol
+version 1 (no ``.LT``) left on disk are moved the same way. When ``DL`` has passed this daemon moves
 each file on (``docs/protocol.md``, "Redelivery"), deciding by the queue's
 policy (:meth:`mqcore.protocol.Store.policy`: ``queues/Q/.attributes`` and
 ``queues/Q/.purge``, read once per queue per batch, so changes are seen at the

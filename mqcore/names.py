@@ -47,6 +47,9 @@ from typing import NewType
 
 from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest
 
+#: Version of the on-disk protocol these names implement (docs/protocol.md; 2 since lease tokens, issue 18).
+PROTOCOL_VERSION = 2
+
 QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
 

@@ -1155,9 +1155,8 @@ class Store:
                 wanted[parsed.lease_key] = handle
         if wanted:
             for name in self._listdir(self.layout.delay):
-                item = parse_in_flight_name(name)
-                handle = wanted.get(item.lease_key) if item is not None else None
-                if handle is not None:
+                handle = wanted.get(name[name.find(".") + 1 :])  # the key follows "DL."; parsed only on a hit
+                if handle is not None and parse_in_flight_name(name) is not None:
                     found[handle] = name
         return found
 

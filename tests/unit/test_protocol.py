@@ -384,7 +384,8 @@ def test_redeliver_puts_it_back_with_the_receive_count(store: Store) -> None:
     second = store.lease(Q, ready_name(mid, 1), VT_MS, now=T0 + 1)
     assert second.receive_count == 2
     assert second.body == b"again"
-    assert ls(store, "delay") == [in_flight_name(T0 + 1 + VT_MS, Q, mid, 2, parse_in_flight_name(second.in_flight_name).token)]
+    token = parse_in_flight_name(second.in_flight_name).token  # protocol v2: the receive's own lease token
+    assert ls(store, "delay") == [in_flight_name(T0 + 1 + VT_MS, Q, mid, 2, token)]
 
 
 def test_redeliver_of_a_vanished_file_is_gone(store: Store) -> None:
