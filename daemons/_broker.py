@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -60,6 +61,8 @@ MAX_REMEMBERED_LEASES = 100_000
 MAX_CACHED_QUEUE_NAMES = 100_000
 #: Seconds between the cheap change checks of indexed queues on a shared filesystem (docs/cluster.md).
 CHANGE_CHECK_SECONDS = 0.05
+#: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
+RECENT_CHANGE_NS = 200_000_000
 
 
 @dataclass
@@ -158,7 +161,7 @@ class Broker:
         self.mount = mount_of(self.store.layout.root)
         #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
-        self._stamps: dict[QueueName, tuple[int, int, int]] = {}
+        self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -249,7 +252,11 @@ class Broker:
         if self.change_check_seconds:
             # Stamp first: a change during the listing changes the stamp again, and is listed next time.
             with contextlib.suppress(OSError):
-                self._stamps[queue] = dir_stamp(self.store.layout.queue_dir(queue))
+                stamp = dir_stamp(self.store.layout.queue_dir(queue))
+                # A directory's mtime has the granularity of the kernel's coarse clock (a few ms): a change right
+                # after this stamp may leave it equal. While the mtime is recent, list again at the next check.
+                recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
+                self._stamps[queue] = None if recent else stamp
         names = self.store.scan_ready(queue)
         return names, self._read_meta(queue)
 
