@@ -32,6 +32,7 @@ stderr. Usage, from the repository root::
     .venv/bin/python bench/run.py --quick         # 3 s steps, 10,000-deep queue
     .venv/bin/python bench/run.py --steps sends,batch_sends,receive,batch_receive   # batches vs single
     .venv/bin/python bench/run.py --url http://127.0.0.1:8080 --root /var/lib/mq
+    .venv/bin/python bench/run.py --steps metrics  # sends/s at 64 clients with and without a scrape a second
 
 CI does not run the benchmark. wrk is installed with ``apt-get install -y wrk``
 when missing and running as root (``--no-install`` to refuse).
@@ -53,8 +54,10 @@ import re
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -78,12 +81,14 @@ READY_MQ = re.compile(r"mq listening on (http://[0-9.]+:[0-9]+)")
 READY_MOVER = "mq-mover ready"
 READY_REAPER = "mq-reaper ready"
 #: Steps of a run, in order.
-STEPS = ("disk", "sends", "batch_sends", "receive", "batch_receive", "cycles", "drain")
+STEPS = ("disk", "sends", "batch_sends", "receive", "batch_receive", "cycles", "drain", "metrics")
 #: Messages per batch request (SQS's limit and mq's default --max-batch-messages).
 BATCH_SIZE = 10
 #: Bars set by issue 2.
 BAR_SENDS_OVER_DISK = 1.0
 BAR_DEEP_OVER_SHALLOW = 0.8
+#: Bar set by issue 15: a scrape of GET /metrics every second costs at most this share of sends/s at 64 clients.
+BAR_METRICS_COST = 0.03
 
 
 def log(msg: str) -> None:
@@ -604,6 +609,61 @@ class Bench:
                 f"p99 {run.latency_ms()['p99']} ms"
             )
         return res
+
+    def metrics_cost(self, clients: int = 64, pairs: int = 4) -> dict[str, Any]:
+        """Sends/s at ``clients`` without and with a ``GET /metrics`` every second (issue 15), interleaved.
+
+        ``pairs`` runs of each, in the order without/with, with/without, ... so a drift of the
+        machine's speed weighs on both alike; the cost is 1 - median(with) / median(without).
+        mq's CPU milliseconds per send, with and without, are less sensitive to other load.
+        """
+        rates: dict[str, list[float]] = {"without": [], "with": []}
+        cpu_ms: dict[str, list[float]] = {"without": [], "with": []}
+        scrapes: list[float] = []
+        for i in range(pairs):
+            for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
+                log(f"metrics: sends at {clients} clients {mode} a scrape every second, {self.cfg.duration_s:g} s")
+                stop = threading.Event()
+                scraper = threading.Thread(target=self._scrape_every_second, args=(stop, scrapes), daemon=True)
+                if mode == "with":
+                    scraper.start()
+                meter = self._meter()
+                run = self.wrk.run(
+                    "post.lua", clients=clients, threads=2, queue=self.q["send"], duration_s=self.cfg.duration_s
+                )
+                cpu = self._cpu(meter, run.counts.get("sent", 0))
+                stop.set()
+                if mode == "with":
+                    scraper.join()
+                self._alive()
+                rates[mode].append(round(run.rate("sent"), 1))
+                cpu_ms[mode].append(cpu.get("mq_cpu_ms_per_op", 0.0))
+                log(f"  {rates[mode][-1]} sends/s, mq CPU {cpu_ms[mode][-1]} ms per send")
+        without, with_ = statistics.median(rates["without"]), statistics.median(rates["with"])
+        return {
+            "clients": clients,
+            "sends_per_s_without": rates["without"],
+            "sends_per_s_with_scrape": rates["with"],
+            "cost": round(1 - with_ / without, 4) if without else None,
+            "mq_cpu_ms_per_send_without": cpu_ms["without"],
+            "mq_cpu_ms_per_send_with_scrape": cpu_ms["with"],
+            "scrapes": len(scrapes),
+            "scrape_ms_median": round(statistics.median(scrapes) * 1000, 1) if scrapes else None,
+        }
+
+    def _scrape_every_second(self, stop: threading.Event, seconds: list[float]) -> None:
+        """Thread: ``GET /metrics`` once a second (own connection) until ``stop``; record each scrape's time."""
+        api = Api(f"http://{self.api.host}:{self.api.port}")
+        try:
+            while not stop.is_set():
+                started = time.perf_counter()
+                status, _, _ = api.request("GET", "/metrics")
+                if status != 200:
+                    raise RuntimeError(f"GET /metrics answered {status}")
+                seconds.append(time.perf_counter() - started)
+                stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
+        finally:
+            api.close()
 
     def prefill(self, queue: str, target: int, *, what: str, batch: bool = False) -> dict[str, Any]:
         """Bring ``queue`` to at least ``target`` ready messages with POSTs; return how long it took.
@@ -1141,6 +1201,8 @@ def main(argv: list[str] | None = None) -> int:
             if "cycles" not in steps:
                 bench.prefill(queues["deep"], cfg.depth, what="deep queue")
             result["drain"] = bench.drain(queues["deep"])
+        if "metrics" in steps:
+            result["metrics_scrape"] = bench.metrics_cost()
     except (RuntimeError, OSError) as exc:
         failed = f"{type(exc).__name__}: {exc}"
         log(f"FAILED: {failed}")
@@ -1181,6 +1243,12 @@ def main(argv: list[str] | None = None) -> int:
             "value": r2,
             "bar": BAR_DEEP_OVER_SHALLOW,
             "met": r2 is not None and r2 >= BAR_DEEP_OVER_SHALLOW,
+        },
+        "metrics_scrape_cost_at_64_clients": {
+            "value": result.get("metrics_scrape", {}).get("cost"),
+            "bar": BAR_METRICS_COST,
+            "met": result.get("metrics_scrape", {}).get("cost") is not None
+            and result["metrics_scrape"]["cost"] <= BAR_METRICS_COST,
         },
         "drain_min_over_max_tenth": {
             "value": result.get("drain", {}).get("min_over_max_tenth"),

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from daemons import _runtime
+from daemons._health import Health
+from daemons._metrics import BrokerMetrics
 from daemons._redrive import RedriveRunner
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
@@ -157,6 +159,9 @@ class Broker:
         self._attempt_locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         self._rescan_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self.metrics = BrokerMetrics(self)
+        self.counts = self.metrics.counts
+        self.health = Health(settings.root, settings.min_free_bytes)
         #: The filesystem of the root (None if /proc/mounts cannot tell).
         self.mount = mount_of(self.store.layout.root)
         #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
@@ -200,6 +205,7 @@ class Broker:
         for fetcher in self.fetchers:
             fetcher.thread.shutdown(wait=True)
         self.store.close()
+        self.health.close()
 
     # -- helpers -----------------------------------------------------------
 
@@ -636,6 +642,7 @@ class Broker:
                         break
                     state.index.discard(name)
         self._fire(self._room, queue)
+        self.counts.add("purged", queue, removed)
         logger.info("purged queue=%s removed=%d", queue, removed)
         return removed
 
@@ -694,12 +701,15 @@ class Broker:
             QueueNotFound: No such queue.
             QueueFull: The queue stayed at capacity for capacity_wait_seconds (429; never for a delayed send).
             StorageUnavailable: It could not be guaranteed stored (503).
+            InsufficientStorage: Free space is below ``--min-free-bytes`` (507).
         """
+        self.health.check_send()
         state = await self.queue_state(queue)
         admitted = 0
         if delay_ms == 0:  # a delayed message is not ready: capacity never holds or refuses it
             state, admitted = await self._reserve(queue, state, 1)
             if not admitted:
+                self.counts.add("capacity_rejected", queue)
                 raise self._queue_full(queue, state)
         try:
             message_id = await self._in(
@@ -709,6 +719,7 @@ class Broker:
                 self._note_ready(queue, ready_name(message_id, 0))
         finally:
             state.sending -= admitted
+        self.counts.add("sent", queue)
         return message_id
 
     async def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
@@ -721,7 +732,9 @@ class Broker:
 
         Raises:
             QueueNotFound: No such queue.
+            InsufficientStorage: Free space is below ``--min-free-bytes`` (507; nothing sent).
         """
+        self.health.check_send()
         state = await self.queue_state(queue)
         immediate = [i for i, entry in enumerate(entries) if entry.delay_ms == 0]
         admitted = 0
@@ -742,6 +755,8 @@ class Broker:
         finally:
             state.sending -= admitted
         by_entry = dict(zip(chosen, stored, strict=True))
+        self.counts.add("sent", queue, sum(isinstance(result, str) for result in stored))
+        self.counts.add("capacity_rejected", queue, len(refused))
         full = self._queue_full(queue, state)
         return [by_entry.get(i, full) for i in range(len(entries))]
 
@@ -883,6 +898,7 @@ class Broker:
                 raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         for message in out.values():
             self._remember(message)
+        self.counts.add("received", queue, len(out))
         return list(out.values())
 
     async def _receive_waiting(
@@ -1018,6 +1034,7 @@ class Broker:
         self._fire(self._room, queue)
         for message in messages:
             self._remember(message)
+        self.counts.add("received", queue, len(messages))
         return messages
 
     # -- delete and visibility ----------------------------------------------------
@@ -1053,6 +1070,7 @@ class Broker:
             state.index.discard(indexed)
         if where == "ready":
             self._fire(self._room, queue)
+        self.counts.add("deleted", queue)
         return where
 
     @staticmethod
@@ -1093,6 +1111,7 @@ class Broker:
             if state is not None:
                 state.index.discard(ready_name(parsed.message_id, parsed.receive_count))
             self._fire(self._room, queue)
+        self.counts.add("deleted", queue)
         return parsed.message_id, where
 
     async def change_visibility(

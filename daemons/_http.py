@@ -33,7 +33,7 @@ from mqcore.attributes import (
     is_attempt_id,
     is_content_type,
 )
-from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable
+from mqcore.errors import InvalidAttribute, InvalidRequest, MessageTooLarge, MQError, StorageUnavailable, cap, echo
 from mqcore.model import ReceivedMessage
 from mqcore.names import check_message_id, check_partition, check_queue_name, is_queue_prefix
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
@@ -131,15 +131,20 @@ async def read_json(request: web.Request, max_bytes: int = SMALL_JSON_LIMIT_BYTE
         raise InvalidRequest(f"the body is not valid JSON: {exc}") from None
 
 
-def _short(value: object, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters: error messages name bad input without echoing all of it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: object) -> str:
+    """``value`` in JSON spelling, capped (``mqcore.errors.echo``): error messages name bad input without
+    echoing all of it."""
+    return echo(value)
 
 
-def query_params(request: web.Request, allowed: tuple[str, ...]) -> dict[str, str]:
+def query_params(request: web.Request, allowed: tuple[str, ...], body_form: str | None = None) -> dict[str, str]:
     """The query parameters, each given at most once and each one of ``allowed``.
 
+    Args:
+        request: The request.
+        allowed: The parameter names the route takes.
+        body_form: For a route that takes its values in a JSON body, that body's form (e.g.
+            ``{"visibility_timeout_seconds": N}``): an unknown parameter's message names it.
     Raises:
         InvalidRequest: An unknown or repeated parameter (400, ``details.parameter``).
     """
@@ -147,9 +152,10 @@ def query_params(request: web.Request, allowed: tuple[str, ...]) -> dict[str, st
     for key, value in request.query.items():
         if key not in allowed:
             known = ", ".join(allowed) if allowed else "none"
-            raise InvalidRequest(f"unknown query parameter {_short(key)} (known: {known})", parameter=key[:80])
+            hint = f"; this call takes a JSON body {body_form}" if body_form else ""
+            raise InvalidRequest(f"unknown query parameter {_short(key)} (known: {known}{hint})", parameter=cap(key))
         if key in out:
-            raise InvalidRequest(f"query parameter {_short(key)} is given more than once", parameter=key[:80])
+            raise InvalidRequest(f"query parameter {_short(key)} is given more than once", parameter=cap(key))
         out[key] = value
     return out
 
@@ -190,7 +196,7 @@ def check_keys(obj: dict[str, Any], allowed: tuple[str, ...], where: str) -> Non
         if key not in allowed:
             raise InvalidRequest(
                 f"unknown key {_short(key)} in {where} (known: {', '.join(allowed)})",
-                field=f"{where}.{key}"[:120],
+                field=cap(f"{where}.{key}"),
             )
 
 
@@ -302,15 +308,32 @@ async def get_queue(request: web.Request) -> web.Response:
 async def put_queue(request: web.Request) -> web.Response:
     """PUT /<queue> [attributes JSON] -> 201 {"queue", "created", "attributes"} (idempotent, SQS CreateQueue).
 
-    An empty body creates the queue with the defaults. 409 queue_name_exists if the queue
-    exists and a given attribute differs from its explicit value; 400 invalid_attribute.
+    The body is queue attributes only when it is sent as ``application/json`` (or ``+json``), or
+    when it parses as a JSON object whatever its Content-Type (``curl -d '{...}'``); any other
+    body (a form, text) is ignored, as SoftLayer MQ ignores it. An empty body creates the queue
+    with the defaults. 409 queue_name_exists if the queue exists and a given attribute differs
+    from its explicit value; 400 invalid_attribute; 400 invalid_request for an
+    ``application/json`` body that is not a JSON object.
     """
     queue = check_queue_name(request.match_info["queue"])
-    body = await read_json(request, required=False)
-    if body is not None and not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object of queue attributes (or empty)")
+    body: Any
+    if request.content_type == "application/json" or request.content_type.endswith("+json"):
+        body = await read_json(request, required=False)
+        if body is not None and not isinstance(body, dict):
+            raise InvalidRequest("the body must be a JSON object of queue attributes (or empty)")
+    else:
+        body = _json_object_or_none(await read_body(request, SMALL_JSON_LIMIT_BYTES))
     created, attrs = await request.app[BROKER].create_queue(queue, body)
     return web.json_response({"queue": queue, "created": created, "attributes": attrs.to_json()}, status=201)
+
+
+def _json_object_or_none(raw: bytes) -> dict[str, Any] | None:
+    """``raw`` parsed as a JSON object, or None when it is not one (SoftLayer MQ ignores a PUT body)."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 async def delete_queue(request: web.Request) -> web.Response:
@@ -421,7 +444,9 @@ def _send_entry(item: dict[str, Any], where: str, default_delay: int) -> SendEnt
 
 
 async def send_batch(request: web.Request) -> web.Response:
-    """POST /<queue>/messages/batch {"messages": [...]} -> 200 {"successful", "failed"} (SQS SendMessageBatch).
+    """POST /<queue>/messages/batch {"entries": [...]} -> 200 {"successful", "failed"} (SQS SendMessageBatch).
+
+    ``{"messages": [...]}`` is accepted as an alias of ``entries`` (the form before issue 10).
 
     Entries: {"id"?, "body" | "body_base64", "content_type"?, "attributes"?, "delay_seconds"?};
     1..--max-batch-messages of them, ids distinct. Valid entries are written on several saver
@@ -435,12 +460,14 @@ async def send_batch(request: web.Request) -> web.Response:
     state = await broker.queue_state(queue)
     attrs = state.attrs
     body = await read_json(request, broker.settings.batch_request_limit_bytes)
-    entries = batch_entries(body, "messages", broker.settings.max_batch_messages, default_ids=True)
+    # "entries" as the batch delete and visibility take; "messages" is the older spelling, still accepted.
+    key = "messages" if isinstance(body, dict) and "messages" in body and "entries" not in body else "entries"
+    entries = batch_entries(body, key, broker.settings.max_batch_messages, default_ids=True)
     failed: list[dict[str, Any]] = []
     valid: list[tuple[str, SendEntry]] = []
     for i, (entry_id, item) in enumerate(entries):
         try:
-            valid.append((entry_id, _send_entry(item, f"messages[{i}]", attrs.delay_seconds)))
+            valid.append((entry_id, _send_entry(item, f"{key}[{i}]", attrs.delay_seconds)))
         except MQError as exc:
             failed.append(failed_entry(entry_id, exc))
     total = sum(len(e.body) + attributes_size(e.attributes or {}) for _, e in valid)
@@ -612,7 +639,7 @@ async def change_visibility(request: web.Request) -> web.Response:
     """
     queue = check_queue_name(request.match_info["queue"])
     message_id = check_message_id(request.match_info["message_id"])
-    query_params(request, ())
+    query_params(request, (), '{"receipt_handle": "...", "visibility_timeout_seconds": N}')
     body = await read_json(request)
     if not isinstance(body, dict):
         raise InvalidRequest('the body must be a JSON object {"receipt_handle", "visibility_timeout_seconds"}')
@@ -686,7 +713,7 @@ async def visibility_batch(request: web.Request) -> web.Response:
     (1-10) -> 200 {"successful": [{"id", "receipt_handle", "visibility_deadline_ms"}], "failed": [...]}
     (SQS ChangeMessageVisibilityBatch)."""
     queue = check_queue_name(request.match_info["queue"])
-    query_params(request, ())
+    query_params(request, (), '{"entries": [{"id", "receipt_handle", "visibility_timeout_seconds"}]}')
     broker = request.app[BROKER]
     entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
     await broker.queue_state(queue)

@@ -145,12 +145,17 @@ def log_sources(ctx: click.Context, values: dict[str, Any]) -> None:
     logger.info("settings %s", " ".join(parts))
 
 
-def setup_logging(level: str = "INFO") -> None:
-    """One line per event on stderr: time, level, logger, message."""
+def setup_logging(level: str = "INFO", prefix: str = "") -> None:
+    """One line per event on stderr: ``prefix``, time, level, logger, message.
+
+    Args:
+        level: Logging level name.
+        prefix: Text before each line (mq-stack's own lines: ``[mq-stack] ``, as its daemons' lines).
+    """
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        format=prefix.replace("%", "%%") + "%(asctime)s %(levelname)s %(name)s %(message)s",
         force=True,
     )
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
@@ -179,6 +184,10 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
+    if stop.is_set():
+        # One Ctrl-C reaches a whole process group (SIGINT), then mq-stack sends its children SIGTERM.
+        logger.debug("received %s while stopping", sig.name)
+        return
     logger.info("received %s, stopping", sig.name)
     sd_notify("STOPPING=1")
     stop.set()
@@ -190,12 +199,21 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
 
 
 def check_root(root: str) -> str:
-    """Make ``root`` absolute and make sure it can be created/written.
+    """Make ``root`` absolute and make sure it exists (created if only it is missing) and is writable.
+
+    Only the root itself is created, never a missing parent: ``--root /srv/mq-typo/q`` must not
+    quietly start an empty tree somewhere new (mqctl and the clients refuse a missing root too).
 
     Raises:
+        click.UsageError: The parent directory of ``root`` does not exist (exit 64, the path named).
         ConfigError: It cannot be created or is not writable.
     """
     path = os.path.abspath(root)
+    parent = os.path.dirname(path)
+    if not os.path.isdir(path) and not os.path.isdir(parent):
+        raise click.UsageError(
+            f"root {path}: its parent directory {parent} does not exist; create it first or fix the path"
+        )
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:

@@ -50,6 +50,10 @@ class Settings:
     """Logging level name."""
     access_log: bool = False
     """Log one line per HTTP request on the ``mq.access`` logger (costs ~20% of send throughput)."""
+    metrics_max_queues: int = 1000
+    """Queues named in ``/metrics`` labels; the others are summed under ``queue="_other"`` (docs/metrics.md)."""
+    min_free_bytes: int = 0
+    """Free bytes of the root's filesystem below which sends get 507 and ``/readyz`` 503 (0 = only when full)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -70,6 +74,8 @@ class Settings:
                 key="max_batch_messages",
             )
         _runtime.positive("rescan-interval", self.rescan_interval_seconds)
+        _runtime.positive("metrics-max-queues", self.metrics_max_queues, allow_zero=True)
+        _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
 
     @property
     def queue_defaults(self) -> QueueAttributes:

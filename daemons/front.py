@@ -40,7 +40,9 @@ import click
 from aiohttp import web
 
 from daemons import _runtime
+from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
+from daemons._console import add_console_routes
 from daemons._http import (
     BROKER,
     cancel_redrive,
@@ -64,6 +66,7 @@ from daemons._http import (
     start_redrive,
     visibility_batch,
 )
+from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from mqcore.errors import ConfigError
 from mqcore.fsinfo import shared_warning
@@ -91,7 +94,10 @@ def make_app(broker: Broker) -> web.Application:
     handler reads its body with its own, smaller limit (a single send: the
     queue's max_message_bytes).
     """
-    app = web.Application(middlewares=[errors_middleware], client_max_size=broker.settings.batch_request_limit_bytes)
+    app = web.Application(
+        middlewares=[metrics_middleware(broker.metrics.times), errors_middleware],
+        client_max_size=broker.settings.batch_request_limit_bytes,
+    )
     app[BROKER] = broker
     router = app.router
     # aiohttp tries the resources under "/{queue}..." in registration order: the hot ones first.
@@ -103,6 +109,11 @@ def make_app(broker: Broker) -> web.Application:
     router.add_post("/{queue}/messages/visibility", visibility_batch)
     router.add_post("/{queue}/messages/{message_id}/visibility", change_visibility)
     router.add_get("/", list_queues)
+    # Before "/{queue}": GET of these names is not a queue's statistics (docs/api.md "Operations").
+    router.add_get("/metrics", broker.metrics.handle, allow_head=False)
+    router.add_get("/healthz", broker.health.healthz, allow_head=False)
+    router.add_get("/readyz", broker.health.readyz, allow_head=False)
+    add_console_routes(router)
     router.add_get("/{queue}", get_queue)
     router.add_put("/{queue}", put_queue)
     router.add_delete("/{queue}", delete_queue)
@@ -122,10 +133,11 @@ def make_runner(broker: Broker) -> web.AppRunner:
 
     Requests whose client disconnects are cancelled (``handler_cancellation``:
     a long poll must not lease messages for a consumer that is gone); header
-    values up to :data:`MAX_HEADER_FIELD_BYTES` are read.
+    values up to :data:`MAX_HEADER_FIELD_BYTES` are read; a request line or header over aiohttp's
+    limits gets the JSON error body (``daemons._badrequest``).
     """
     access_log = logging.getLogger("mq.access") if broker.settings.access_log else None
-    return web.AppRunner(
+    return make_json_errors_runner(
         make_app(broker),
         access_log=access_log,
         handle_signals=False,
@@ -248,6 +260,24 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     show_default=True,
     help="Seconds between listings of active queues.",
 )
+@click.option(
+    "--metrics-max-queues",
+    type=int,
+    default=DEFAULT_MAX_QUEUES,
+    envvar="MQ_METRICS_MAX_QUEUES",
+    show_envvar=True,
+    show_default=True,
+    help="Queues named in /metrics labels; the others are summed under queue=\"_other\".",
+)
+@click.option(
+    "--min-free-bytes",
+    type=int,
+    default=0,
+    envvar="MQ_MIN_FREE_BYTES",
+    show_envvar=True,
+    show_default=True,
+    help="Free bytes of the root's filesystem below which sends get 507 and /readyz 503 (0 = off).",
+)
 @_runtime.log_level_option
 @click.option(
     "--access-log/--no-access-log",
@@ -274,6 +304,8 @@ def cli(ctx: click.Context, **values: Any) -> int:
         rescan_interval_seconds=values["rescan_interval"],
         log_level=values["log_level"],
         access_log=values["access_log"],
+        metrics_max_queues=values["metrics_max_queues"],
+        min_free_bytes=values["min_free_bytes"],
     )
     return _runtime.run(lambda: serve(settings))
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import click
 
+from daemons._metrics import MoverMetrics, check_metrics_port, metrics_options, start_daemon_metrics
 from daemons._runtime import (
     check_interval,
     check_log_level,
@@ -90,6 +91,10 @@ class MoverSettings:
     """Seconds between full rescans of ``delay/`` (``--rescan-interval``, ``MQ_MOVER_RESCAN_INTERVAL``)."""
     log_level: str = "INFO"
     """Logging level name (``--log-level``, ``MQ_LOG_LEVEL``)."""
+    metrics_port: int = 0
+    """TCP port of the Prometheus ``/metrics`` listener, 0 = off (``--metrics-port``, ``MQ_MOVER_METRICS_PORT``)."""
+    metrics_address: str = "127.0.0.1"
+    """Address of that listener (``--metrics-address``, ``MQ_MOVER_METRICS_ADDRESS``)."""
 
     def __post_init__(self) -> None:
         """Check every field.
@@ -100,6 +105,7 @@ class MoverSettings:
         check_root_value(self.root)
         check_interval("rescan-interval", self.rescan_interval_seconds)
         check_log_level(self.log_level)
+        check_metrics_port(self.metrics_port)
 
 
 # -- the daemon ---------------------------------------------------------------
@@ -128,6 +134,8 @@ class Mover(WatchedDirDaemon):
         self._sleep_until_ms: float = math.inf
         #: Queues whose dead-letter queue was found missing (warned once; worker thread only).
         self._missing_dlq: set[QueueName] = set()
+        #: Counters served on ``--metrics-port`` (None when off).
+        self.metrics: MoverMetrics | None = None
 
     def __len__(self) -> int:
         """Number of in-flight files known and not yet handled."""
@@ -279,6 +287,8 @@ class Mover(WatchedDirDaemon):
             for item, result, dead_letter_queue in await asyncio.to_thread(self._redeliver_batch, batch, batch_now):
                 if result != "gone" and not isinstance(result, Exception):
                     moved += 1
+                if self.metrics is not None:
+                    self.metrics.count(item.queue, result, item.receive_count, batch_now - item.deadline_ms)
                 _log_result(item, result, dead_letter_queue, batch_now)
         return moved
 
@@ -366,13 +376,19 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
         shutdown_trigger: Set it to stop; when None, SIGTERM and SIGINT set an
             internal one. The current batch of renames is finished first.
     """
-    await serve_daemon(
-        "mq-mover",
-        logger,
-        settings.root,
-        lambda store: Mover(store, rescan_interval_seconds=settings.rescan_interval_seconds, watcher=open_watcher()),
-        shutdown_trigger,
+    metrics, stop_metrics = start_daemon_metrics(
+        "mq-mover", settings.root, settings.metrics_port, settings.metrics_address, MoverMetrics
     )
+
+    def make(store: Store) -> Mover:
+        mover = Mover(store, rescan_interval_seconds=settings.rescan_interval_seconds, watcher=open_watcher())
+        mover.metrics = metrics
+        return mover
+
+    try:
+        await serve_daemon("mq-mover", logger, settings.root, make, shutdown_trigger)
+    finally:
+        stop_metrics()
 
 
 # -- command line -------------------------------------------------------------
@@ -390,10 +406,22 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
     show_envvar=True,
     help="Seconds between full rescans of delay/ (safety net for NFS and lost inotify events).",
 )
+@metrics_options("MQ_MOVER")
 @log_level_option
 @click.pass_context
-def cli(ctx: click.Context, root: str, rescan_interval: float, log_level: str) -> int:
-    return run_cli(ctx, MoverSettings, serve, root=root, rescan_interval_seconds=rescan_interval, log_level=log_level)
+def cli(
+    ctx: click.Context, root: str, rescan_interval: float, metrics_port: int, metrics_address: str, log_level: str
+) -> int:
+    return run_cli(
+        ctx,
+        MoverSettings,
+        serve,
+        root=root,
+        rescan_interval_seconds=rescan_interval,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+        log_level=log_level,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

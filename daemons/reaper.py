@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -51,6 +52,7 @@ from typing import TypeVar
 
 import click
 
+from daemons._metrics import ReaperMetrics, check_metrics_port, metrics_options, start_daemon_metrics
 from daemons._runtime import (
     check_interval,
     check_log_level,
@@ -79,6 +81,8 @@ DEFAULT_EXPIRE_INTERVAL_SECONDS = 60.0
 REAP_BATCH = 1024
 #: Watch tag of ``remove/``.
 _REMOVE_TAG = "remove"
+#: Least seconds between two INFO summaries of reaping (each unlink is logged at DEBUG).
+REAP_SUMMARY_INTERVAL_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,10 @@ class ReaperSettings:
     (``--expire-interval``, ``MQ_REAPER_EXPIRE_INTERVAL``)."""
     log_level: str = "INFO"
     """Logging level name (``--log-level``, ``MQ_LOG_LEVEL``)."""
+    metrics_port: int = 0
+    """TCP port of the Prometheus ``/metrics`` listener, 0 = off (``--metrics-port``, ``MQ_REAPER_METRICS_PORT``)."""
+    metrics_address: str = "127.0.0.1"
+    """Address of that listener (``--metrics-address``, ``MQ_REAPER_METRICS_ADDRESS``)."""
 
     def __post_init__(self) -> None:
         """Check every field.
@@ -110,6 +118,7 @@ class ReaperSettings:
         check_interval("rescan-interval", self.rescan_interval_seconds)
         check_interval("expire-interval", self.expire_interval_seconds)
         check_log_level(self.log_level)
+        check_metrics_port(self.metrics_port)
 
 
 T = TypeVar("T")
@@ -169,6 +178,12 @@ class Reaper(WatchedDirDaemon):
         self.expire_interval_seconds = expire_interval_seconds
         #: Names in ``remove/`` to remove (a dict as an ordered set: oldest arrival first).
         self._pending: dict[str, None] = {}
+        #: Counters served on ``--metrics-port`` (None when off).
+        self.metrics: ReaperMetrics | None = None
+        #: What was reaped since the last INFO summary: files, their bytes, queue directories.
+        self._unreported = [0, 0, 0]
+        self._last_summary = -math.inf
+        self._summary_timer: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         """Number of entries of ``remove/`` known and not yet removed."""
@@ -211,17 +226,62 @@ class Reaper(WatchedDirDaemon):
             return []
         for name in swept:
             logger.warning("dropped unacknowledged file from new/ name=%s grace_ms=%d", name, self.new_grace_ms)
+        if self.metrics is not None:
+            self.metrics.new_dropped.inc(len(swept))
         return swept
 
-    def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError]]:
-        """Worker thread: remove each entry; an OSError is returned, not raised."""
-        out: list[tuple[str, bool | OSError]] = []
+    def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError, int]]:
+        """Worker thread: remove each entry; an OSError is returned, not raised.
+
+        Returns:
+            ``(name, removed or the error, size in bytes before the unlink (0 if unknown))`` per entry.
+        """
+        out: list[tuple[str, bool | OSError, int]] = []
         for name in names:
             try:
-                out.append((name, self.store.reap(name)))
+                size = os.lstat(self.store.layout.remove_path(name)).st_size
+            except (OSError, ValueError):
+                size = 0
+            try:
+                out.append((name, self.store.reap(name), size))
             except OSError as exc:
-                out.append((name, exc))
+                out.append((name, exc, 0))
         return out
+
+    def _count_reaped(self, files: int, size: int, queues: int) -> None:
+        """Add to the next INFO summary; log it now if the last one is a minute old, else schedule it."""
+        self._unreported[0] += files
+        self._unreported[1] += size
+        self._unreported[2] += queues
+        wait = self._last_summary + REAP_SUMMARY_INTERVAL_SECONDS - self._loop.time()
+        if wait <= 0:
+            self.log_summary()
+        elif self._summary_timer is None:
+            self._summary_timer = self._loop.call_later(wait, self.log_summary)
+
+    def log_summary(self) -> None:
+        """Log one INFO line of what was reaped since the last one (nothing if nothing was)."""
+        if self._summary_timer is not None:
+            self._summary_timer.cancel()
+            self._summary_timer = None
+        files, size, queues = self._unreported
+        if not (files or queues):
+            return
+        since = self._loop.time() - self._last_summary
+        logger.info(
+            "reaped files=%d bytes=%d queues=%d%s",
+            files,
+            size,
+            queues,
+            f" in the last {since:.0f} s" if math.isfinite(since) else "",
+        )
+        self._unreported = [0, 0, 0]
+        self._last_summary = self._loop.time()
+
+    def close(self) -> None:
+        """Log what was reaped since the last summary, then stop watching."""
+        self.log_summary()
+        super().close()
 
     async def reap_pending(self, stop: asyncio.Event | None = None) -> int:
         """Remove every known entry of ``remove/``, in worker-thread batches.
@@ -240,8 +300,8 @@ class Reaper(WatchedDirDaemon):
                     break
             for name in batch:
                 del self._pending[name]
-            files = queues = 0
-            for name, result in await asyncio.to_thread(self._reap_batch, batch):
+            files = queues = size = 0
+            for name, result, nbytes in await asyncio.to_thread(self._reap_batch, batch):
                 if isinstance(result, OSError):
                     # Not re-queued (that could spin); the next rescan finds it again.
                     logger.error("reap failed name=%s error=%s (retried at next rescan)", name, result)
@@ -252,9 +312,15 @@ class Reaper(WatchedDirDaemon):
                     logger.info("removed deleted queue directory name=%s", name)
                 else:
                     files += 1
-                    logger.debug("reaped name=%s", name)
+                    size += nbytes
+                    logger.debug("reaped name=%s bytes=%d", name, nbytes)
             if files or queues:
-                logger.info("reaped files=%d queues=%d", files, queues)
+                logger.debug("reaped batch files=%d bytes=%d queues=%d", files, size, queues)
+                self._count_reaped(files, size, queues)
+            if self.metrics is not None:
+                self.metrics.files.inc(files)
+                self.metrics.queues.inc(queues)
+                self.metrics.bytes.inc(size)
             removed += files + queues
         return removed
 
@@ -297,6 +363,8 @@ class Reaper(WatchedDirDaemon):
                 errors += 1
             elif moved:
                 ready += moved
+                if self.metrics is not None:
+                    self.metrics.expired_ready(queue, moved)
                 logger.info("expired ready messages queue=%s removed=%d", queue, moved)
         counts: list[int] = []
         for what, fn, args in (
@@ -309,6 +377,9 @@ class Reaper(WatchedDirDaemon):
                 errors += 1
             counts.append(n or 0)
         result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors)
+        if self.metrics is not None:
+            self.metrics.in_flight_removed.inc(result.in_flight)
+            self.metrics.errors.inc(result.errors)
         logger.log(
             logging.INFO if result.removed or result.errors else logging.DEBUG,
             "expiry sweep queues=%d ready_removed=%d in_flight_removed=%d attempts_removed=%d "
@@ -374,19 +445,25 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
         shutdown_trigger: Set it to stop; when None, SIGTERM and SIGINT set an
             internal one. The current batch of unlinks is finished first.
     """
-    await serve_daemon(
-        "mq-reaper",
-        logger,
-        settings.root,
-        lambda store: Reaper(
+    metrics, stop_metrics = start_daemon_metrics(
+        "mq-reaper", settings.root, settings.metrics_port, settings.metrics_address, ReaperMetrics
+    )
+
+    def make(store: Store) -> Reaper:
+        reaper = Reaper(
             store,
             new_grace_seconds=settings.new_grace_seconds,
             rescan_interval_seconds=settings.rescan_interval_seconds,
             watcher=open_watcher(),
             expire_interval_seconds=settings.expire_interval_seconds,
-        ),
-        shutdown_trigger,
-    )
+        )
+        reaper.metrics = metrics
+        return reaper
+
+    try:
+        await serve_daemon("mq-reaper", logger, settings.root, make, shutdown_trigger)
+    finally:
+        stop_metrics()
 
 
 @click.command(
@@ -423,10 +500,18 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
     help="Seconds between sweeps that remove expired and purged messages (queues and delay/), "
     "old receive attempt records and abandoned queue creations.",
 )
+@metrics_options("MQ_REAPER")
 @log_level_option
 @click.pass_context
 def cli(
-    ctx: click.Context, root: str, new_grace: float, rescan_interval: float, expire_interval: float, log_level: str
+    ctx: click.Context,
+    root: str,
+    new_grace: float,
+    rescan_interval: float,
+    expire_interval: float,
+    metrics_port: int,
+    metrics_address: str,
+    log_level: str,
 ) -> int:
     return run_cli(
         ctx,
@@ -436,6 +521,8 @@ def cli(
         new_grace_seconds=new_grace,
         rescan_interval_seconds=rescan_interval,
         expire_interval_seconds=expire_interval,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
         log_level=log_level,
     )
 

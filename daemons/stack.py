@@ -92,7 +92,7 @@ async def run_stack(root: str, address: str, port: int, extra: dict[str, list[st
 @click.option("--mq-arg", "mq_args", multiple=True, help="Extra argument passed to mq (repeatable).")
 def cli(**values: Any) -> int:
     """Run mq, mq-mover and mq-reaper on one root until Ctrl-C."""
-    _runtime.setup_logging("INFO")
+    _runtime.setup_logging("INFO", prefix="[mq-stack] ")
     root = _runtime.check_root(values["root"])
     return _runtime.run(lambda: run_stack(root, values["address"], values["port"], {"mq": list(values["mq_args"])}))
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mqcore.errors import InvalidAttribute
+from mqcore.errors import InvalidAttribute, cap, echo
 from mqcore.names import QueueName, check_queue_name
 
 #: Largest visibility timeout, in seconds (SQS: VisibilityTimeout 0-43200).
@@ -148,7 +148,7 @@ def check_changes(obj: object) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in obj.items():
         if key not in KEYS:
-            raise InvalidAttribute(f"unknown queue attribute {key!r}; known: {', '.join(KEYS)}", name=key)
+            raise InvalidAttribute(f"unknown queue attribute {echo(key)}; known: {', '.join(KEYS)}", name=cap(key))
         if value is None:
             out[key] = None
             continue
@@ -162,7 +162,7 @@ def check_changes(obj: object) -> dict[str, Any]:
             continue
         low, high, rule = _INT_RANGES[key]
         if type(value) is not int or not low <= value <= high:
-            raise InvalidAttribute(f"{key} must be an integer {low}-{high} ({rule}), got {value!r}", name=key)
+            raise InvalidAttribute(f"{key} must be an integer {low}-{high} ({rule}), got {echo(value)}", name=key)
         out[key] = value
     return out
 
@@ -217,15 +217,15 @@ def check_message_attributes(obj: object) -> dict[str, str]:
             raise InvalidAttribute(
                 "message attribute names are 1-256 characters of A-Z, a-z, 0-9, '_', '-', '.' "
                 "(no leading, trailing or double '.', no 'AWS.'/'Amazon.' prefix)",
-                name=name,
+                name=cap(name) if isinstance(name, str) else None,
             )
         if not isinstance(value, str):
-            raise InvalidAttribute(f"message attribute {name!r} must have a string value", name=name)
+            raise InvalidAttribute(f"message attribute {echo(name)} must have a string value", name=cap(name))
         if not _SQS_TEXT_RE.fullmatch(value):
             raise InvalidAttribute(
-                f"message attribute {name!r} holds a character SQS does not allow (controls other than tab, "
+                f"message attribute {echo(name)} holds a character SQS does not allow (controls other than tab, "
                 "newline and carriage return, lone surrogates, U+FFFE/U+FFFF)",
-                name=name,
+                name=cap(name),
             )
     size = len(json.dumps(obj, separators=(",", ":")))
     if size > MAX_ATTRIBUTES_JSON_BYTES:

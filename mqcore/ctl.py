@@ -245,6 +245,8 @@ def setup_logging(verbose: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG)
+    # The HTTP client's retry warnings only with -v: without it, a server that does not answer is one error line.
+    logging.getLogger("mqcore.client._http").setLevel(logging.ERROR if verbose == 0 else logging.NOTSET)
     if verbose < 2:
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpcore").setLevel(logging.WARNING)
@@ -411,6 +413,8 @@ def cli(ctx: click.Context, url: str, root: str | None, retries: int, timeout_se
     if root is None and not url.startswith(("http://", "https://")):
         raise click.BadParameter(f"expected an http:// or https:// URL, got {url!r}", ctx, param_hint="--url")
     setup_logging(verbose)
+    global _server_url
+    _server_url = url if root is None else None
     settings = Settings(url=url, root=root, retries=retries, timeout_seconds=timeout_seconds)
     ctx.obj = settings
     ctx.call_on_close(settings.close)
@@ -966,6 +970,10 @@ def dead_letters(settings: Settings, queue: str, limit: int, as_json: bool, self
 # -- entry point ------------------------------------------------------------------------------------------
 
 
+#: The server URL of this run (None when brokerless), for the one-line "not answering" error.
+_server_url: str | None = None
+
+
 def _usage_error(exc: click.UsageError) -> int:
     if isinstance(exc, click.exceptions.NoArgsIsHelpError):
         click.echo(exc.format_message(), err=True)
@@ -982,6 +990,13 @@ def main(argv: list[str] | None = None) -> int:
         rv = cli.main(args=argv, prog_name="mqctl", standalone_mode=False)
     except click.UsageError as exc:
         return _usage_error(exc)
+    except ConnectionFailed as exc:
+        if _server_url is None:
+            return _fail(exc.code, exc.message, exit_code_for(exc))
+        reason = exc.details.get("reason", "no answer")
+        return _fail(
+            exc.code, f"the server at {_server_url} is not answering ({reason}); is mq running?", EXIT_UNAVAILABLE
+        )
     except MQError as exc:
         return _fail(exc.code, exc.message, exit_code_for(exc))
     except CtlError as exc:

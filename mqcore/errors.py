@@ -8,10 +8,30 @@ client may simply retry (``retriable``). Only ``daemons/`` reads ``status``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 _BY_CODE: dict[str, type[MQError]] = {}
 """Error code -> the first class declaring it (what a client re-raises)."""
+
+#: Most characters of a client's input an error message or ``details`` value repeats (then ``...``).
+ECHO_LIMIT = 100
+
+
+def cap(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters followed by ``...`` when longer (a 5,000-character name is not
+    sent back whole)."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """A client's input as it looked on the wire, for error messages: JSON spelling (``"jobs"``, ``true``,
+    ``null``, ``1.5``; a Python spelling for values JSON cannot hold), capped by :func:`cap`."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return cap(text, limit)
 
 
 class MQError(Exception):
@@ -114,6 +134,18 @@ class StorageUnavailable(MQError):
     def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
         super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
         self.retry_after_seconds = retry_after_seconds
+
+
+class InsufficientStorage(StorageUnavailable):
+    """Free space or inodes of the root's filesystem are below the daemon's floor (HTTP 507 + Retry-After).
+
+    Refused before the disk is actually full (``--min-free-bytes``), so that
+    receives, deletes and the daemons' renames keep working. Retriable once
+    space is freed. Source: RFC 4918 section 11.5 (507 Insufficient Storage).
+    """
+
+    code = "insufficient_storage"
+    status = 507
 
 
 class ConfigError(MQError, ValueError):

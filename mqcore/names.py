@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import NewType
 
-from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest
+from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest, cap, echo
 
 #: Version of the on-disk protocol these names implement (docs/protocol.md; 2 since lease tokens, issue 18).
 PROTOCOL_VERSION = 2
@@ -90,7 +90,7 @@ def check_queue_name(name: str) -> QueueName:
     if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
         raise InvalidQueueName(
             "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_'",
-            queue=name if isinstance(name, str) else repr(name),
+            queue=cap(name) if isinstance(name, str) else echo(name),
         )
     return QueueName(name)
 
@@ -112,7 +112,7 @@ def check_message_id(value: str) -> MessageId:
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidMessageId(
             "message ids are lowercase UUIDv7 strings as returned in X-Message-Id",
-            message_id=value if isinstance(value, str) else repr(value),
+            message_id=cap(value) if isinstance(value, str) else echo(value),
         )
     return MessageId(value)
 
@@ -336,7 +336,7 @@ def parse_receipt_handle(handle: str) -> InFlightName:
     if parsed is None or parsed.receive_count < 1:
         raise InvalidReceiptHandle(
             "receipt handles are the X-Receipt-Handle strings returned by a receive",
-            receipt_handle=handle if isinstance(handle, str) else repr(handle),
+            receipt_handle=cap(handle, 200) if isinstance(handle, str) else echo(handle),
         )
     return parsed
 

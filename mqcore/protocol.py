@@ -77,6 +77,27 @@ STORAGE_ERRNOS = frozenset(
 TMP_GRACE_MS = 300_000
 
 
+class StorageHooks:
+    """Observers of storage work that a daemon may set (metrics); every hook is None (no cost) by default.
+
+    Hooks are called on whatever thread did the work (saver, fetcher or worker
+    threads), so they must be thread-safe and cheap. Module-level because an
+    fsync and a storage error are per process, whichever :class:`Store` did them.
+
+    Attributes:
+        on_fsync: ``(kind, seconds, batch)`` after each fsync: kind ``"file"`` (a message file;
+            batch 1) or ``"directory"`` (a group-commit round; batch = callers it covered).
+        on_error: ``(step)`` for each storage error raised (e.g. ``"fsync"``, ``"rename"``).
+    """
+
+    on_fsync: Any = None
+    on_error: Any = None
+
+
+#: The process's storage hooks (set by ``daemons._metrics``).
+STORAGE_HOOKS = StorageHooks()
+
+
 def now_ms() -> int:
     """Wall-clock time in epoch milliseconds (deadlines on disk use this clock)."""
     return time.time_ns() // 1_000_000
@@ -109,6 +130,8 @@ class DirSyncer:
         self._started: dict[str, int] = {}
         self._finished: dict[str, int] = {}
         self._failures: dict[str, dict[int, tuple[int, str]]] = {}
+        self._callers: dict[tuple[str, int], int] = {}
+        """Callers per (directory, round): the group-commit batch size reported to STORAGE_HOOKS."""
 
     def sync(self, path: str) -> None:
         """Make every rename into ``path`` done before this call durable.
@@ -120,6 +143,7 @@ class DirSyncer:
             need = self._finished.get(path, 0) + 1
             if self._started.get(path, 0) >= need:
                 need += 1  # round ``need`` is running and may have missed our renames
+            self._callers[(path, need)] = self._callers.get((path, need), 0) + 1
             while self._finished.get(path, 0) < need:
                 if self._started.get(path, 0) == self._finished.get(path, 0):
                     break  # nobody is syncing: lead the next round
@@ -132,6 +156,7 @@ class DirSyncer:
             ticket = self._started[path] = self._finished.get(path, 0) + 1
         error: OSError | None = None
         try:
+            started = time.perf_counter()
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.fsync(fd)
@@ -141,12 +166,15 @@ class DirSyncer:
             error = exc
         with self._cond:
             self._finished[path] = ticket
+            batch = self._callers.pop((path, ticket), 1)
             if error is not None:
                 failures = self._failures.setdefault(path, {})
                 failures[ticket] = (error.errno or errno.EIO, error.strerror or str(error))
                 for old in [t for t in failures if t <= ticket - self._KEEP_FAILURES]:
                     del failures[old]
             self._cond.notify_all()
+        if error is None and STORAGE_HOOKS.on_fsync is not None:
+            STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, batch)
         if error is not None:
             raise error
 
@@ -263,6 +291,8 @@ SEND_CREATE_ATTEMPTS = 3
 
 
 def _storage_error(what: str, exc: OSError) -> StorageUnavailable:
+    if STORAGE_HOOKS.on_error is not None:
+        STORAGE_HOOKS.on_error(what)
     return StorageUnavailable(
         f"message could not be stored: {what} failed: {exc.strerror or exc}",
         errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
@@ -380,7 +410,10 @@ class Store:
         differ = sorted(k for k, v in explicit.items() if current.get(k) != v)
         if differ:
             raise QueueNameExists(
-                f"queue {queue!r} exists with other values of {', '.join(differ)}", queue=queue, attributes=differ
+                f"queue {queue!r} exists with other values of {', '.join(differ)}; to change an existing queue's "
+                f"attributes use PUT /{queue}/attributes (mqctl queues attributes {queue} --set NAME=VALUE)",
+                queue=queue,
+                attributes=differ,
             )
 
     @staticmethod
@@ -586,7 +619,10 @@ class Store:
                 view = view[written:]
             if self.fsync:
                 step = "fsync"
+                started = time.perf_counter()
                 os.fsync(fd)
+                if STORAGE_HOOKS.on_fsync is not None:
+                    STORAGE_HOOKS.on_fsync("file", time.perf_counter() - started, 1)
         except OSError as exc:
             os.close(fd)
             with contextlib.suppress(OSError):

@@ -77,6 +77,7 @@ class Daemon:
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
+        self._terminated = False
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -101,6 +102,7 @@ class Daemon:
         self._append(f"--- test harness: start #{self.starts}: {' '.join(self.command)}")
         self._ready.clear()
         self.url = None
+        self._terminated = False
         self.proc = subprocess.Popen(
             self.command,
             cwd=REPO,
@@ -181,6 +183,12 @@ class Daemon:
         """:meth:`restart` from a thread."""
         return await asyncio.to_thread(self.restart)
 
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (:meth:`stop` then waits for the exit without signalling again)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self._terminated = True
+
     def stop(self) -> int:
         """SIGTERM and wait; return the exit status (0 expected). Kill -9 on timeout.
 
@@ -190,7 +198,8 @@ class Daemon:
         assert self.proc is not None
         if self.proc.poll() is not None:
             return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
+        if not self._terminated:
+            self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(STOP_TIMEOUT_SECONDS)
         except subprocess.TimeoutExpired:
@@ -388,10 +397,15 @@ class Daemons:
     def stop_all(self) -> None:
         """SIGTERM every daemon still running (last started first); each must exit 0.
 
+        All get their SIGTERM before the first is waited for, so they stop in parallel.
+
         Raises:
             DaemonError: Some daemon exited non-zero or hung (all are stopped anyway).
         """
         failures = []
+        for daemon in reversed(self.started):
+            if daemon.running:
+                daemon.terminate()
         for daemon in reversed(self.started):
             if not daemon.running:
                 continue
@@ -489,6 +503,40 @@ def _module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield started.stack(tmp_path_factory.mktemp("shared") / "root")
     finally:
         started.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_daemons() -> Iterator[Daemons]:
+    """:class:`Daemons` for a module's shared daemons (e.g. two nodes on one root): stopped, each
+    exiting 0, when the module's tests are done. Tests sharing them use their own queue names."""
+    started = Daemons()
+    yield started
+    started.stop_all()
+
+
+class StackCache:
+    """Stacks shared by a module's tests, one per set of options (see :func:`module_stacks`)."""
+
+    def __init__(self, daemons: Daemons, base: Path) -> None:
+        self._daemons = daemons
+        self._base = base
+        self._stacks: dict[str, Stack] = {}
+
+    def get(self, options: dict[str, Any], session: aiohttp.ClientSession) -> Stack:
+        """The module's stack started with ``options`` (started on first use), with ``session``."""
+        key = repr(sorted(options.items()))
+        if key not in self._stacks:
+            root = self._base / f"stack{len(self._stacks)}" / "root"
+            self._stacks[key] = self._daemons.stack(root, **options)
+        return dataclasses.replace(self._stacks[key], session=session)
+
+
+@pytest.fixture(scope="module")
+def module_stacks(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> StackCache:
+    """One stack per set of options, shared by the tests of a module that ask for the same options:
+    ``module_stacks.get({"visibility_timeout": 1}, http)``. Such tests use their own queue names and
+    must not stop, kill or restart the daemons."""
+    return StackCache(module_daemons, tmp_path_factory.mktemp("stacks"))
 
 
 @pytest.fixture

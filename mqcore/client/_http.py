@@ -281,7 +281,7 @@ def _send_chunk_op(path: str, items: list[dict[str, Any]]) -> _Op[list[str | MQE
     The server refuses a batch whose bodies together exceed ``max_message_bytes`` (413, nothing
     sent), though each could be sent on its own; an entry too large alone gets MessageTooLarge.
     """
-    body = {"messages": [dict(item, id=str(i)) for i, item in enumerate(items)]}
+    body = {"entries": [dict(item, id=str(i)) for i, item in enumerate(items)]}
     try:
         answer = yield _Request("POST", path, json=body, extra_read_seconds=MAX_WAIT_SECONDS)
     except MessageTooLarge as exc:

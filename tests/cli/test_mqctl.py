@@ -432,6 +432,15 @@ def test_unreachable_server_exits_69(closed_port_url):
     assert run.stdout == b""
 
 
+def test_unreachable_server_is_one_line_and_retries_show_with_verbose(closed_port_url):
+    run = mqctl("--url", closed_port_url, "--retries", "2", "queues", "list", expect=EXIT_UNAVAILABLE)
+    assert run.stderr.splitlines() == [error_line(run, "connection_failed")]
+    assert f"the server at {closed_port_url} is not answering" in run.stderr
+    verbose = mqctl("--url", closed_port_url, "--retries", "2", "-v", "queues", "list", expect=EXIT_UNAVAILABLE)
+    assert len([line for line in verbose.stderr.splitlines() if line.startswith("mqctl: warning: retrying")]) == 2
+    assert f"the server at {closed_port_url} is not answering" in error_line(verbose, "connection_failed")
+
+
 @pytest.mark.parametrize(
     "args",
     [

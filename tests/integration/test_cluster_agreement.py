@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 
 import pytest
@@ -18,13 +19,19 @@ from mqcore.names import QueueName
 from mqcore.protocol import Store
 
 
-@pytest.fixture
-def nodes(stack_factory, tmp_path):
-    """(A, B): a full stack and a second mq on another loopback address, one root."""
-    root = tmp_path / "root"
-    a = stack_factory(root=root, visibility_timeout=30)
-    b = stack_factory(root=root, mover=False, reaper=False, mq_args=["--address", "127.0.0.2"])
+@pytest.fixture(scope="module")
+def _module_nodes(module_daemons, tmp_path_factory):
+    root = tmp_path_factory.mktemp("nodes") / "root"
+    a = module_daemons.stack(root, visibility_timeout=30)
+    b = module_daemons.stack(root, mover=False, reaper=False, mq_args=["--address", "127.0.0.2"])
     return a, b
+
+
+@pytest.fixture
+def nodes(_module_nodes, http):
+    """(A, B): a full stack and a second mq on another loopback address, one root, shared by the
+    module's tests (start-up paid once; each test uses its own queue names)."""
+    return tuple(dataclasses.replace(node, session=http) for node in _module_nodes)
 
 
 async def receive_json(node, queue: str, query: str = "") -> list[dict]:
@@ -52,7 +59,7 @@ async def test_a_handle_from_one_node_works_on_the_other_and_goes_stale_everywhe
         "DELETE", f"/{queue}/messages/{second['message_id']}?receipt_handle={second['receipt_handle']}"
     )
     assert ok.status == 200, ok.body
-    assert a.files("delay") == [] and a.files(f"queues/{queue}") == []
+    assert [n for n in a.files("delay") if f".{queue}." in n] == [] and a.files(f"queues/{queue}") == []
 
 
 async def test_a_receive_retried_on_the_other_node_gets_the_same_messages(nodes, queue):

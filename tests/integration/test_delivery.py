@@ -20,14 +20,20 @@ REDELIVERY_WAIT_SECONDS = 10.0
 ONE_SECOND_VISIBILITY = pytest.mark.parametrize("stack", [{"visibility_timeout": 1}], indirect=True)
 
 
+@pytest.fixture
+def stack(request, module_stacks, http):
+    """The module's stack for the test's options (defaults, or the indirect parameter): tests asking
+    for the same options share one stack (each uses its own queue), so each set starts once."""
+    return module_stacks.get(getattr(request, "param", None) or {}, http)
+
+
 async def receive_200(stack, queue):
     """One receive; the reply if it was 200, else None (for polling)."""
     reply = await stack.receive(queue)
     return reply if reply.status == 200 else None
 
 
-@pytest.mark.parametrize("stack", [{"peers": 0}], indirect=True)
-async def test_fifo_of_100_sequential_sends(stack, queue):
+async def test_fifo_of_100_sequential_sends(stack, queue):  # mq's default --peers 0: strict FIFO
     await stack.create_queue(queue)
     sent = [await stack.send(queue, b"message %03d" % i) for i in range(100)]
     received = []
@@ -201,7 +207,6 @@ def check_exactly_once(ledger: Ledger, expected: int) -> None:
         assert count == 1, f"{message_id} received with X-Receive-Count {count}"
 
 
-@pytest.mark.parametrize("stack", [{"visibility_timeout": 30, "peers": 0}], indirect=True)
 async def test_concurrent_producers_and_consumers(stack, queue):
     await stack.create_queue(queue)
     ledger = await run_load(stack, queue, producers=8, per_producer=150, consumers=8)
@@ -219,7 +224,6 @@ async def test_peers_2_delivers_everything_exactly_once(stack, queue):
     assert (await stack.receive(queue)).status == 204
 
 
-@pytest.mark.parametrize("stack", [{"visibility_timeout": 30, "peers": 0}], indirect=True)
 async def test_two_front_ends_on_one_root_share_the_queue(stack, daemons, queue):
     """Two mq daemons on one root (as on a shared filesystem): each message goes to exactly one consumer."""
     second = daemons.start("mq", "--root", stack.root, "--port", "0", "--visibility-timeout", "30", "--peers", "2")

@@ -20,11 +20,19 @@ ONE_SECOND_VISIBILITY = pytest.mark.parametrize("stack", [{"visibility_timeout":
 FRESH_STACK = pytest.mark.parametrize("stack", [{}], indirect=True)
 
 
+#: Options of a stack shared by the tests that ask for them (each uses its own queue).
+SMALL_MESSAGES = pytest.mark.parametrize("stack", [{"max_message_size": 1000, "shared": True}], indirect=True)
+
+
 @pytest.fixture
-def stack(request, shared_stack, stack_factory):
-    """The module's shared stack, or a fresh one when parametrized with options (indirect)."""
+def stack(request, shared_stack, stack_factory, module_stacks, http):
+    """The module's shared stack, or a fresh one when parametrized with options (indirect), or one
+    shared by the tests with the same options when they include ``"shared": True``."""
     if hasattr(request, "param"):
-        return stack_factory(**request.param)
+        options = dict(request.param)
+        if options.pop("shared", False):
+            return module_stacks.get(options, http)
+        return stack_factory(**options)
     return shared_stack
 
 
@@ -318,7 +326,7 @@ async def test_delete_twice_second_is_404(stack, queue):
     assert_error(await stack.delete(queue, message_id), 404, "message_not_found", "second DELETE")
 
 
-@pytest.mark.parametrize("stack", [{"max_message_size": 1000}], indirect=True)
+@SMALL_MESSAGES
 async def test_body_size_limit(stack, queue):
     await stack.create_queue(queue)
     for size in (1001, 4096, 900_000):
@@ -333,7 +341,7 @@ async def test_body_size_limit(stack, queue):
     assert reply.body == exact
 
 
-@pytest.mark.parametrize("stack", [{"max_message_size": 1000}], indirect=True)
+@SMALL_MESSAGES
 async def test_body_size_limit_chunked(stack, queue):
     """Without Content-Length (chunked transfer) the limit holds too."""
     await stack.create_queue(queue)

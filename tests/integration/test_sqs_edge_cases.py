@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -49,14 +50,20 @@ async def delete_by_handle(node, queue: str, message: dict):
 # -- a rescan drops names another host took (no inotify, as on NFS across hosts) ----------------
 
 
-@pytest.fixture
-def hosts(stack_factory, tmp_path):
-    """(A, B): two mq daemons on one root without inotify, each rescanning every second (two NFS hosts)."""
-    root = tmp_path / "root"
+@pytest.fixture(scope="module")
+def _module_hosts(module_daemons, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hosts") / "root"
     options = {"mover": False, "reaper": False, "env": {"MQ_NO_INOTIFY": "1"}}
-    a = stack_factory(root=root, mq_args=["--rescan-interval", "1"], **options)
-    b = stack_factory(root=root, mq_args=["--rescan-interval", "1", "--address", "127.0.0.2"], **options)
+    a = module_daemons.stack(root, mq_args=["--rescan-interval", "1"], **options)
+    b = module_daemons.stack(root, mq_args=["--rescan-interval", "1", "--address", "127.0.0.2"], **options)
     return a, b
+
+
+@pytest.fixture
+def hosts(_module_hosts, http):
+    """(A, B): two mq daemons on one root without inotify, each rescanning every second (two NFS hosts);
+    shared by the module's tests, which use their own queue names."""
+    return tuple(dataclasses.replace(host, session=http) for host in _module_hosts)
 
 
 async def test_a_rescan_forgets_messages_another_host_took_and_frees_the_capacity(hosts, queue, wait):

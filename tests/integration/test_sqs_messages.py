@@ -398,7 +398,8 @@ async def test_batch_whole_request_errors(stack, queue):
         (json.dumps({"messages": [{"id": "x" * 81, "body": "1"}]}).encode(), "invalid_request"),
         (json.dumps({"messages": ["body"]}).encode(), "invalid_request"),
         (json.dumps({"messages": [{"body": "1"}], "extra": 1}).encode(), "invalid_request"),
-        (json.dumps({"entries": [{"body": "1"}]}).encode(), "invalid_request"),
+        (json.dumps({"entries": []}).encode(), "invalid_request"),
+        (json.dumps({"entries": [{"body": "1"}], "messages": [{"body": "2"}]}).encode(), "invalid_request"),
     ]
     for data, code in cases:
         assert_error(await stack.request("POST", path, data=data), 400, code, repr(data[:80]))

@@ -1,0 +1,616 @@
+"""Prometheus metrics of the three daemons (``GET /metrics`` on mq, ``--metrics-port`` on mq-mover and mq-reaper).
+
+Exposition and registries are prometheus-client's. What mq counts on its hot
+path is kept lean: a send, receive or delete adds to a plain ``dict`` on the
+event-loop thread (no lock, no prometheus-client child lookup), and the HTTP
+request histogram is a list of bucket counts per (route, method, status),
+also loop-thread only. Both become metric families in custom collectors at
+scrape time. Per-queue gauges (ready, in flight, delayed, oldest age, redrive
+progress) are computed at scrape time from the broker's indexes and one
+listing of ``delay/``, never updated per message. Storage metrics (fsync
+latency, group-commit size, errors by step) come from
+:data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads, so they
+use prometheus-client's thread-safe histograms.
+
+Several processes on one root: every process serves its own registry and
+Prometheus scrapes each as its own target (its ``instance`` label), so no
+multiprocess mode is needed; docs/metrics.md says how to aggregate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
+from prometheus_client.exposition import choose_encoder, start_http_server
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from mqcore.errors import ConfigError
+from mqcore.names import parse_ready_name, sent_ms_of
+from mqcore.protocol import STORAGE_HOOKS, Store, now_ms
+
+if TYPE_CHECKING:
+    from daemons._broker import Broker
+
+logger = logging.getLogger("mq.metrics")
+T = TypeVar("T")
+
+# No ``_created`` series: they double the output and no dashboard here reads them.
+disable_created_metrics()
+
+#: Default of ``--metrics-max-queues``: queues named in labels before the rest go under ``_other``.
+DEFAULT_MAX_QUEUES = 1000
+#: The label value that sums every queue past the limit.
+OTHER = "_other"
+#: Upper bounds of the HTTP request latency buckets, in seconds (a long poll lasts up to 20 s).
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
+#: Upper bounds of the fsync latency buckets, in seconds.
+FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: Upper bounds of the group-commit batch size buckets (callers covered by one directory fsync).
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+#: Upper bounds of mq-mover's redelivery lag buckets, in seconds (how late after its deadline a file moved).
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+#: The per-queue counters mq itself counts: event kind -> (metric name without ``_total``, help).
+BROKER_COUNTERS = {
+    "sent": ("mq_messages_sent", "Messages stored by sends through this process (SQS NumberOfMessagesSent)."),
+    "received": (
+        "mq_messages_received",
+        "Messages handed out by receives of this process (SQS NumberOfMessagesReceived).",
+    ),
+    "deleted": ("mq_messages_deleted", "Messages deleted through this process (SQS NumberOfMessagesDeleted)."),
+    "purged": ("mq_messages_purged", "Messages removed by purges through this process."),
+    "capacity_rejected": (
+        "mq_capacity_rejections",
+        "Sends refused with 429 queue_full (the queue stayed at its capacity for capacity_wait_seconds).",
+    ),
+}
+
+
+class QueueLabels:
+    """Bounded ``queue`` label values: the first ``max_queues`` queues seen keep their name, later ones ``_other``.
+
+    Args:
+        max_queues: How many names to keep (``--metrics-max-queues``; 0 = every queue is ``_other``).
+    """
+
+    def __init__(self, max_queues: int = DEFAULT_MAX_QUEUES) -> None:
+        self.max_queues = max_queues
+        self._named: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, queue: str) -> str:
+        """The label value of ``queue``."""
+        if queue in self._named:
+            return queue
+        with self._lock:
+            if len(self._named) < self.max_queues:
+                self._named.add(queue)
+                return queue
+        return OTHER
+
+
+class BrokerCounts:
+    """Per-queue event counts of the mq daemon, added on the event-loop thread only (no lock).
+
+    Args:
+        labels: The bounded label values.
+    """
+
+    def __init__(self, labels: QueueLabels) -> None:
+        self.labels = labels
+        self.counts: dict[str, dict[str, int]] = {kind: {} for kind in BROKER_COUNTERS}
+
+    def add(self, kind: str, queue: str, n: int = 1) -> None:
+        """Count ``n`` events of ``kind`` (a key of :data:`BROKER_COUNTERS`) on ``queue``."""
+        if n:
+            by_queue = self.counts[kind]
+            label = self.labels(queue)
+            by_queue[label] = by_queue.get(label, 0) + n
+
+
+class RequestTimes:
+    """The ``mq_http_request_duration_seconds`` histogram, kept as plain bucket counts (event-loop thread only)."""
+
+    def __init__(self) -> None:
+        #: (route, method, status) -> [count per bucket (last = +Inf)..., sum of seconds]
+        self.series: dict[tuple[str, str, str], list[float]] = {}
+
+    def observe(self, key: tuple[str, str, str], seconds: float) -> None:
+        """Count one request of ``key`` that took ``seconds``."""
+        row = self.series.get(key)
+        if row is None:
+            row = self.series[key] = [0.0] * (len(REQUEST_BUCKETS) + 2)
+        row[bisect.bisect_left(REQUEST_BUCKETS, seconds)] += 1
+        row[-1] += seconds
+
+    def family(self) -> HistogramMetricFamily:
+        """The histogram as a metric family (cumulative buckets, as Prometheus wants)."""
+        family = HistogramMetricFamily(
+            "mq_http_request_duration_seconds",
+            "HTTP requests by route, method and status, and how long they took (seconds).",
+            labels=["route", "method", "status"],
+        )
+        for key, row in list(self.series.items()):
+            running = 0.0
+            buckets = []
+            for bound, n in zip((*map(str, REQUEST_BUCKETS), "+Inf"), row[:-1], strict=True):
+                running += n
+                buckets.append((bound, running))
+            family.add_metric(list(key), buckets, row[-1])
+        return family
+
+
+def metrics_middleware(times: RequestTimes) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """An aiohttp middleware that times every request into ``times`` (two clock reads and a dict lookup)."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
+            raise
+        finally:
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            times.observe((route, request.method, str(status)), time.perf_counter() - started)
+
+    return middleware
+
+
+class StorageMetrics:
+    """fsync latency, group-commit batch size and storage errors by step, fed by :data:`STORAGE_HOOKS`.
+
+    Args:
+        registry: Where the metrics are registered.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.fsync = Histogram(
+            "mq_storage_fsync_duration_seconds",
+            "fsync latency, by kind: file (a message file) or directory (one group-commit round).",
+            ["kind"],
+            buckets=FSYNC_BUCKETS,
+            registry=registry,
+        )
+        self.batch = Histogram(
+            "mq_storage_group_commit_batch_size",
+            "Callers (messages or batches) made durable by one directory fsync (group commit).",
+            buckets=BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.errors = Counter(
+            "mq_storage_errors",
+            "Storage errors (ENOSPC, EIO, a failed fsync...) by the step that failed.",
+            ["step"],
+            registry=registry,
+        )
+        self._file = self.fsync.labels("file")
+        self._directory = self.fsync.labels("directory")
+
+    def on_fsync(self, kind: str, seconds: float, batch: int) -> None:
+        """STORAGE_HOOKS.on_fsync (any thread)."""
+        if kind == "file":
+            self._file.observe(seconds)
+        else:
+            self._directory.observe(seconds)
+            self.batch.observe(batch)
+
+    def on_error(self, step: str) -> None:
+        """STORAGE_HOOKS.on_error (any thread)."""
+        self.errors.labels(step).inc()
+
+    def install(self) -> None:
+        """Make this process's storage report to these metrics."""
+        STORAGE_HOOKS.on_fsync = self.on_fsync
+        STORAGE_HOOKS.on_error = self.on_error
+
+
+class DiskCollector(Collector):
+    """Free bytes and inodes of the root's filesystem, read (``statvfs``) at scrape time.
+
+    Args:
+        root: The root directory.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return
+        yield GaugeMetricFamily(
+            "mq_storage_free_bytes", "Bytes available to mq on the root's filesystem.", st.f_bavail * st.f_frsize
+        )
+        yield GaugeMetricFamily("mq_storage_free_inodes", "Inodes available on the root's filesystem.", st.f_favail)
+        yield GaugeMetricFamily("mq_storage_size_bytes", "Size of the root's filesystem.", st.f_blocks * st.f_frsize)
+
+
+def _scan(store: Store, queues: list[str]) -> dict[str, tuple[int, int | None]]:
+    """Worker thread: (ready count, oldest send time in epoch ms) of each queue by one listing."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for queue in queues:
+        try:
+            names = store.scan_ready(queue)  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001 - a queue deleted meanwhile, a storage error: left out of this scrape
+            continue
+        oldest: int | None = None
+        for name in names:
+            parsed = parse_ready_name(name)
+            if parsed is not None:
+                sent = sent_ms_of(parsed[0])
+                oldest = sent if oldest is None or sent < oldest else oldest
+        out[queue] = (len(names), oldest)
+    return out
+
+
+class QueueSnapshot:
+    """Per-queue gauges of one scrape (label -> values), summed or maxed into ``_other``."""
+
+    def __init__(self) -> None:
+        self.ready: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.delayed: dict[str, int] = {}
+        self.oldest_age: dict[str, float] = {}
+        self.redrive: dict[str, tuple[int, int, bool]] = {}
+
+    def add(self, label: str, ready: int, in_flight: int, delayed: int, age: float | None) -> None:
+        """Add one queue's counts under ``label``."""
+        self.ready[label] = self.ready.get(label, 0) + ready
+        self.in_flight[label] = self.in_flight.get(label, 0) + in_flight
+        self.delayed[label] = self.delayed.get(label, 0) + delayed
+        if age is not None:
+            self.oldest_age[label] = max(age, self.oldest_age.get(label, 0.0))
+        else:
+            self.oldest_age.setdefault(label, 0.0)
+
+
+class BrokerCollector(Collector):
+    """The mq daemon's per-queue gauges (from the last :meth:`refresh`), counters and request histogram.
+
+    Args:
+        broker: The broker whose state is read.
+        counts: Its event counts.
+        times: Its request histogram.
+    """
+
+    def __init__(self, broker: Broker, counts: BrokerCounts, times: RequestTimes) -> None:
+        self.broker = broker
+        self.counts = counts
+        self.times = times
+        self.snapshot = QueueSnapshot()
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    async def refresh(self) -> None:
+        """Compute the per-queue gauges: ready and oldest age from this daemon's indexes (a listing for
+        the queues it has not indexed), in flight and delayed from one listing of ``delay/``."""
+        broker = self.broker
+        store = broker.store
+        # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
+        queues = await asyncio.to_thread(store.list_queues)
+        indexed: dict[str, tuple[int, int | None]] = {}
+        unindexed: list[str] = []
+        for queue in queues:
+            state = broker.fetcher_for(queue).queues.get(queue)
+            if state is None:
+                unindexed.append(queue)
+                continue
+            oldest_name = state.index.peek_oldest()
+            parsed = parse_ready_name(oldest_name) if oldest_name else None
+            indexed[queue] = (len(state.index), sent_ms_of(parsed[0]) if parsed else None)
+
+        def read() -> tuple[dict[str, tuple[int, int | None]], Any, dict[str, tuple[int, int, bool]]]:
+            redrive = {}
+            now = now_ms()
+            for queue in queues:
+                status = store.read_redrive_status(queue)
+                if status:
+                    running = status.get("state") == "running" and now - int(status.get("updated_ms", 0)) <= 10_000
+                    redrive[queue] = (int(status.get("moved", 0)), int(status.get("skipped", 0)), running)
+            return _scan(store, unindexed), store.count_delay(), redrive
+
+        scanned, delay_counts, redrive = await asyncio.to_thread(read)
+        now = now_ms()
+        snapshot = QueueSnapshot()
+        for queue in queues:
+            counts = indexed.get(queue) or scanned.get(queue)
+            if counts is None:
+                continue
+            in_flight, delayed = delay_counts.get(queue, (0, 0))
+            age = None if counts[1] is None else max(0, now - counts[1]) / 1000
+            label = self.counts.labels(queue)
+            snapshot.add(label, counts[0], in_flight, delayed, age)
+            if queue in redrive:
+                moved, skipped, running = redrive[queue]
+                old = snapshot.redrive.get(label, (0, 0, False))
+                snapshot.redrive[label] = (old[0] + moved, old[1] + skipped, old[2] or running)
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        for name, doc, values in (
+            (
+                "mq_queue_messages_ready",
+                "Messages ready to receive (SQS ApproximateNumberOfMessagesVisible).",
+                snap.ready,
+            ),
+            (
+                "mq_queue_messages_in_flight",
+                "Messages received and not yet deleted (SQS ApproximateNumberOfMessagesNotVisible).",
+                snap.in_flight,
+            ),
+            (
+                "mq_queue_messages_delayed",
+                "Messages sent with a delay that has not ended (SQS ApproximateNumberOfMessagesDelayed).",
+                snap.delayed,
+            ),
+            (
+                "mq_queue_oldest_message_age_seconds",
+                "Age of the oldest ready message, 0 when none (SQS ApproximateAgeOfOldestMessage).",
+                snap.oldest_age,
+            ),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=["queue"])
+            for label, value in sorted(values.items()):
+                gauge.add_metric([label], value)
+            yield gauge
+        moved = GaugeMetricFamily(
+            "mq_redrive_moved_messages",
+            "Messages moved by the dead-letter queue's last redrive task.",
+            labels=["queue"],
+        )
+        running = GaugeMetricFamily(
+            "mq_redrive_running", "1 while a redrive task of the dead-letter queue runs.", labels=["queue"]
+        )
+        for label, (n, _skipped, is_running) in sorted(snap.redrive.items()):
+            moved.add_metric([label], n)
+            running.add_metric([label], 1 if is_running else 0)
+        yield moved
+        yield running
+        for kind, (name, doc) in BROKER_COUNTERS.items():
+            counter = CounterMetricFamily(name, doc, labels=["queue"])
+            for label, value in sorted(self.counts.counts[kind].items()):
+                counter.add_metric([label], value)
+            yield counter
+        yield self.times.family()
+
+
+class BrokerMetrics:
+    """Everything ``GET /metrics`` of one mq daemon serves.
+
+    Args:
+        broker: The broker (its settings give the root and ``metrics_max_queues``).
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.registry = CollectorRegistry()
+        self.counts = BrokerCounts(QueueLabels(broker.settings.metrics_max_queues))
+        self.times = RequestTimes()
+        self.collector = BrokerCollector(broker, self.counts, self.times)
+        self.storage = StorageMetrics(self.registry)
+        self.storage.install()
+        self.registry.register(self.collector)
+        self.registry.register(DiskCollector(broker.settings.root))
+        ProcessCollector(registry=self.registry)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: the Prometheus text format (or OpenMetrics if the scraper asks for it)."""
+        await self.collector.refresh()
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
+
+
+# -- mq-mover and mq-reaper ----------------------------------------------------------
+
+
+def serve_metrics(port: int, address: str, registry: CollectorRegistry) -> Callable[[], None]:
+    """Serve ``registry`` on ``http://address:port/metrics`` from a thread; return the function that stops it.
+
+    Raises:
+        OSError: The port cannot be bound.
+    """
+    server, thread = start_http_server(port, address, registry=registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop
+
+
+def daemon_registry(root: str) -> tuple[CollectorRegistry, StorageMetrics]:
+    """A registry with the process collector, the root's free space and the storage metrics (installed)."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    registry.register(DiskCollector(root))
+    storage = StorageMetrics(registry)
+    storage.install()
+    return registry, storage
+
+
+class MoverMetrics:
+    """mq-mover's counters: what happened to each due file, per queue, and how late it moved.
+
+    Args:
+        registry: Where they are registered.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.labels = QueueLabels()
+        self.moves = {
+            "redelivered": Counter(
+                "mq_messages_redelivered",
+                "In-flight messages made ready again because their visibility timeout ended.",
+                ["queue"],
+                registry=registry,
+            ),
+            "delay_ended": Counter(
+                "mq_messages_delay_ended",
+                "Delayed messages made ready when their delay ended.",
+                ["queue"],
+                registry=registry,
+            ),
+            "dead_lettered": Counter(
+                "mq_messages_dead_lettered",
+                "Messages moved to their queue's dead-letter queue (received max_receive_count times).",
+                ["queue"],
+                registry=registry,
+            ),
+            "expired": Counter(
+                "mq_messages_expired",
+                "Messages removed after their queue's retention period (label where: ready or in_flight).",
+                ["queue", "where"],
+                registry=registry,
+            ),
+            "purged": Counter(
+                "mq_mover_purged_messages",
+                "In-flight messages of a purge moved to remove/ when their lease ended.",
+                ["queue"],
+                registry=registry,
+            ),
+            "orphaned": Counter(
+                "mq_mover_orphaned_messages", "In-flight messages whose queue was deleted.", registry=registry
+            ),
+        }
+        self.errors = Counter("mq_mover_errors", "Moves that failed (retried at the next rescan).", registry=registry)
+        self.lag = Histogram(
+            "mq_mover_redelivery_lag_seconds",
+            "How long after its deadline a due file was moved, in seconds.",
+            buckets=LAG_BUCKETS,
+            registry=registry,
+        )
+
+    def count(self, queue: str, result: str | Exception, receive_count: int, late_ms: int) -> None:
+        """Count one due file's outcome (``Mover._move_one``'s result, or the error)."""
+        if isinstance(result, Exception):
+            self.errors.inc()
+            return
+        if result == "gone":
+            return
+        self.lag.observe(max(0, late_ms) / 1000)
+        label = self.labels(queue)
+        if result == "redelivered":
+            self.moves["redelivered" if receive_count else "delay_ended"].labels(label).inc()
+        elif result == "expired":
+            self.moves["expired"].labels(label, "in_flight").inc()
+        elif result == "orphaned":
+            self.moves["orphaned"].inc()
+        elif result in self.moves:
+            self.moves[result].labels(label).inc()
+
+
+class ReaperMetrics:
+    """mq-reaper's counters: files, bytes and queues reaped; messages expired per queue.
+
+    Args:
+        registry: Where they are registered.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.labels = QueueLabels()
+        self.files = Counter("mq_reaper_reaped_files", "Message files unlinked from remove/.", registry=registry)
+        self.bytes = Counter("mq_reaper_reaped_bytes", "Bytes of the message files unlinked.", registry=registry)
+        self.queues = Counter("mq_reaper_reaped_queues", "Deleted queue directories removed.", registry=registry)
+        self.expired = Counter(
+            "mq_messages_expired",
+            "Messages removed after their queue's retention period (label where: ready or in_flight).",
+            ["queue", "where"],
+            registry=registry,
+        )
+        self.in_flight_removed = Counter(
+            "mq_reaper_in_flight_removed", "In-flight files moved to remove/ (expired or purged).", registry=registry
+        )
+        self.new_dropped = Counter(
+            "mq_reaper_abandoned_new_files", "Files of dead writers unlinked from new/.", registry=registry
+        )
+        self.errors = Counter("mq_reaper_errors", "Reaps and sweep steps that failed.", registry=registry)
+
+    def expired_ready(self, queue: str, n: int) -> None:
+        """Count ``n`` ready messages of ``queue`` moved to remove/ by an expiry sweep."""
+        self.expired.labels(self.labels(queue), "ready").inc(n)
+
+
+def metrics_options(env_prefix: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--metrics-port`` and ``--metrics-address`` options of mq-mover or mq-reaper.
+
+    Args:
+        env_prefix: Prefix of their environment variables, e.g. ``MQ_MOVER`` (-> ``MQ_MOVER_METRICS_PORT``).
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option(
+            "--metrics-address",
+            default="127.0.0.1",
+            envvar=f"{env_prefix}_METRICS_ADDRESS",
+            show_envvar=True,
+            show_default=True,
+            help="Address of the /metrics listener (with --metrics-port).",
+        )(fn)
+        return click.option(
+            "--metrics-port",
+            type=int,
+            default=0,
+            envvar=f"{env_prefix}_METRICS_PORT",
+            show_envvar=True,
+            show_default=True,
+            help="Serve Prometheus metrics on this TCP port at /metrics (0 = off).",
+        )(fn)
+
+    return decorate
+
+
+def check_metrics_port(port: int) -> None:
+    """Raise ConfigError unless ``port`` is 0 (off) or a TCP port, 1-65535."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"metrics-port must be 0 (off) or 1-65535, got {port}", key="metrics_port")
+
+
+def start_daemon_metrics(
+    name: str, root: str, port: int, address: str, make: Callable[[CollectorRegistry], T]
+) -> tuple[T | None, Callable[[], None]]:
+    """Start mq-mover's or mq-reaper's metrics listener when ``port`` is set.
+
+    Returns:
+        (the daemon's metrics made by ``make`` on the registry, or None when off;
+        the function that stops the listener).
+    Raises:
+        ConfigError: The port cannot be bound.
+    """
+    if not port:
+        return None, lambda: None
+    registry, _storage = daemon_registry(root)
+    metrics = make(registry)
+    try:
+        stop = serve_metrics(port, address, registry)
+    except OSError as exc:
+        raise ConfigError(f"{name} cannot listen on {address}:{port} for metrics: {exc.strerror}") from exc
+    logger.info("%s metrics on http://%s:%d/metrics", name, address, port)
+    return metrics, stop

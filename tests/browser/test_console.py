@@ -1,0 +1,152 @@
+"""The web console (``GET /ui``) in a real headless Chromium against a live stack.
+
+One walk through what an operator does: create queues, see an API error shown,
+set a dead-letter queue in the attribute form, send through the form and watch
+the counts change, peek, delete a message, dead-letter three, start / watch /
+cancel / finish a redrive, purge with confirmation. A screenshot of each page
+goes to the test's temp dir, or to docs/ (docs/console.md shows them) when
+``MQ_UPDATE_SCREENSHOTS=1`` is set, so a test run leaves the checkout clean. No JavaScript error and no console
+error other than the one deliberate 400 may happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+_DOCS = Path(__file__).resolve().parents[2] / "docs"
+#: How long a UI expectation may take (the console polls every 1-2 s; the machine may be loaded).
+TIMEOUT_MS = 15_000
+
+
+def receive_all(base: str, queue: str, n: int) -> None:
+    """Receive ``n`` messages with visibility timeout 0 (so mq-mover dead-letters them at once)."""
+    got = 0
+    while got < n:
+        url = f"{base}/{queue}/messages?max_messages=10&visibility_timeout_seconds=0"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            got += len(json.load(resp)["messages"])
+
+
+def send(base: str, queue: str, body: bytes) -> None:
+    """POST one message."""
+    request = urllib.request.Request(f"{base}/{queue}/messages", data=body, method="POST")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.status == 201
+
+
+@pytest.fixture
+def live_stack(tmp_path: Path, daemons: Any) -> Any:
+    """mq + mq-mover + mq-reaper on a fresh root (the browser is the client)."""
+    return daemons.stack(tmp_path / "root")
+
+
+def test_console_walkthrough(chromium: Any, live_stack: Any, tmp_path: Path) -> None:
+    shots = _DOCS if os.environ.get("MQ_UPDATE_SCREENSHOTS") == "1" else tmp_path
+    from playwright.sync_api import expect
+
+    base = live_stack.url
+    page = chromium.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    js_errors: list[str] = []
+    console_errors: list[str] = []
+    page.on("pageerror", lambda exc: js_errors.append(str(exc)))
+    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+
+    # The queue list: create two queues through the form.
+    page.goto(base + "/ui")
+    expect(page.locator("h1")).to_have_text("Queues")
+    for name in ("orders-dlq", "orders"):
+        page.fill("#new-queue", name)
+        page.click("#create-form button")
+        expect(page.locator(f'tr[data-queue="{name}"]')).to_be_visible()
+
+    # An API error is shown with its status and code.
+    page.fill("#new-queue", "bad name!")
+    page.click("#create-form button")
+    expect(page.locator("#error")).to_be_visible()
+    expect(page.locator("#error .code")).to_have_text("invalid_queue_name")
+    expect(page.locator("#error")).to_contain_text("400")
+    assert len(console_errors) == 1 and "400" in console_errors[0], console_errors  # the failed PUT, logged by Chromium
+    console_errors.clear()
+
+    # Filter by prefix.
+    page.fill("#filter", "orders-")
+    expect(page.locator("#queues tbody tr")).to_have_count(1)
+    page.fill("#filter", "")
+    expect(page.locator("#queues tbody tr")).to_have_count(2)
+
+    # The queue page: set the dead-letter queue through the attribute form.
+    page.click('tr[data-queue="orders"] a')
+    expect(page.locator("h1")).to_contain_text("orders")
+    page.fill("#attr-dead_letter_queue", "orders-dlq")
+    page.fill("#attr-max_receive_count", "1")
+    page.click("#save-attributes")
+    expect(page.locator("#notice")).to_contain_text("Attributes saved")
+    expect(page.locator("#links")).to_contain_text("dead-letter queue: orders-dlq")
+
+    # Send through the form; the counts change and peek shows the bodies.
+    for body in ("hello console", "second", "third", "fourth"):
+        page.fill("#send-body", body)
+        page.click("#send-form button[type=submit]")
+        expect(page.locator("#notice")).to_contain_text("Sent message")
+    expect(page.locator("#stats .ready .n")).to_have_text("4")
+    expect(page.locator("#peek tbody tr")).to_have_count(4)
+    expect(page.locator("#peek tbody")).to_contain_text("hello console")
+    expect(page.locator("#peek tbody tr").first.locator(".state")).to_have_text("ready")
+
+    # Delete one message from its peek row.
+    page.locator("#peek tbody tr").filter(has_text="fourth").locator("button.delete").click()
+    expect(page.locator("#notice")).to_contain_text("Deleted message")
+    expect(page.locator("#stats .ready .n")).to_have_text("3")
+    page.screenshot(path=str(shots / "console-queue.png"), full_page=True)
+
+    # Dead-letter the three, then redrive them from the dead-letter queue page.
+    receive_all(base, "orders", 3)
+    page.goto(base + "/ui#/dlq/orders-dlq")
+    expect(page.locator("#stats .ready .n")).to_have_text("3")
+    expect(page.locator("#sources")).to_have_text("orders")
+    page.fill("#redrive-rate", "1")
+    page.click("#redrive-start")
+    expect(page.locator("#redrive-status .state")).to_have_text("running")
+    page.click("#redrive-cancel")
+    expect(page.locator("#redrive-status .state")).to_have_text("cancelled")
+    page.fill("#redrive-rate", "500")
+    page.click("#redrive-start")
+    expect(page.locator("#redrive-status .state")).to_have_text("completed")
+    expect(page.locator("#stats .ready .n")).to_have_text("0")
+    page.screenshot(path=str(shots / "console-dlq.png"))
+
+    # Back on the queue: the three are ready again; purge after confirming.
+    page.goto(base + "/ui#/queue/orders")
+    expect(page.locator("#stats .ready .n")).to_have_text("3")
+    page.click("#purge")
+    expect(page.locator(".confirm")).to_be_visible()
+    page.click("#purge-confirm")
+    expect(page.locator("#notice")).to_contain_text("Purged: 3 message(s)")
+    expect(page.locator("#stats .ready .n")).to_have_text("0")
+
+    # The list shows the new counts and a sparkline per queue.
+    page.fill("#send-body", "after purge")
+    page.click("#send-form button[type=submit]")
+    expect(page.locator("#notice")).to_contain_text("Sent message")
+    page.goto(base + "/ui")
+    expect(page.locator('tr[data-queue="orders-dlq"] .ready')).to_have_text("0")
+    expect(page.locator('tr[data-queue="orders"] svg.spark')).to_be_visible()
+    for i in range(20):  # sends while the list polls: the sparkline shows a rate
+        send(base, "orders", f"m{i}".encode())
+        page.wait_for_timeout(150)
+    expect(page.locator('tr[data-queue="orders"] .rate')).not_to_have_text("0.0/s")
+    expect(page.locator('tr[data-queue="orders"] .ready')).to_have_text("21")
+    page.screenshot(path=str(shots / "console-queues.png"))
+
+    assert js_errors == []
+    assert console_errors == []
+    page.close()
