@@ -120,15 +120,19 @@ down() {
             if is_mounted "$mp"; then umount -l "$mp" 2>/dev/null || true; fi
         done
     fi
+    # The bricks' and self-heal daemon's sockets in /var/run/gluster (named by hashes): note them while they run.
+    local sockets
+    sockets=$(for pid in $(our_pids); do
+        tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -A1 -x -- -S | grep -v -x -- -S || true
+    done)
     if glusterd_pid >/dev/null; then
         cli volume stop "$VOL" force >/dev/null 2>&1 || true
     fi
-    local sockets
-    sockets=$(for pid in $(our_pids); do tr '\0' '\n' <"/proc/$pid/cmdline" | grep -A1 -x -- -S | grep -v -x -- -S || true; done)
     for pid in $(our_pids); do kill -TERM "$pid" 2>/dev/null || true; done
     for _ in $(seq 50); do [[ -z $(our_pids) ]] && break; sleep 0.1; done
     for pid in $(our_pids); do kill -KILL "$pid" 2>/dev/null || true; done
     for sock in $sockets; do rm -f "$sock"; done
+    rm -f /var/log/glusterfs/bricks/"$(echo "${STATE#/}" | tr / -)"-bricks-b*.log  # glusterd puts them there
     rm -rf "$STATE"
 }
 
