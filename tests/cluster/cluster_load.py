@@ -6,10 +6,10 @@ came) and deletes it at once. :func:`check` then asserts, as a user would:
 
 - **lost = 0**: every acknowledged message was delivered at least once;
 - nothing delivered that was never sent, and every body is exactly what was sent;
-- **no message handed to two consumers inside its visibility timeout**: a redelivery whose answer
-  came before the previous delivery's request began plus the visibility timeout is a double
-  delivery (the lease deadline is at least that late), as is the same receive count delivered
-  twice.
+- **no message handed to two consumers inside its visibility timeout**: of two deliveries of one
+  message with consecutive receive counts, the later one's answer must not come before the earlier
+  one's request began plus the visibility timeout (the earlier lease's deadline is at least that
+  late); the same receive count delivered twice is a double delivery too.
 
 Clients are the project's own (``mqcore.client.connect``): HTTP for a URL, brokerless for a root.
 """
@@ -144,7 +144,9 @@ def double_deliveries(ledger: Ledger, visibility_timeout: float) -> list[tuple[D
         by_id[d.message_id].append(d)
     doubles = []
     for deliveries in by_id.values():
-        deliveries.sort(key=lambda d: d.began)
+        # Leases of one message happen in receive-count order (each redelivery adds one); a slow request may
+        # have begun before an earlier lease's, so the request times do not order them.
+        deliveries.sort(key=lambda d: (d.receive_count, d.began))
         for first, second in itertools.pairwise(deliveries):
             if second.answered < first.began + visibility_timeout or second.receive_count == first.receive_count:
                 doubles.append((first, second))
