@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import os
+import time
 import zlib
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -33,6 +34,7 @@ from daemons._redrive import RedriveRunner
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import InvalidReceiptHandle, MQError, QueueFull, QueueNotFound, ServerBusy
+from mqcore.fsinfo import dir_stamp, mount_of
 from mqcore.index import ReadyIndex
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
@@ -59,6 +61,10 @@ T = TypeVar("T")
 MAX_REMEMBERED_LEASES = 100_000
 #: Queue names whose fetcher is remembered (a cache of crc32 results; cleared when full).
 MAX_CACHED_QUEUE_NAMES = 100_000
+#: Seconds between the cheap change checks of indexed queues on a shared filesystem (docs/cluster.md).
+CHANGE_CHECK_SECONDS = 0.05
+#: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
+RECENT_CHANGE_NS = 200_000_000
 
 
 @dataclass
@@ -159,6 +165,11 @@ class Broker:
         self.metrics = BrokerMetrics(self)
         self.counts = self.metrics.counts
         self.health = Health(settings.root, settings.min_free_bytes)
+        #: The filesystem of the root (None if /proc/mounts cannot tell).
+        self.mount = mount_of(self.store.layout.root)
+        #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
+        self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
+        self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -247,6 +258,14 @@ class Broker:
         return explicit, created_ms, self.store.purged_before(queue)
 
     def _list_and_read(self, queue: QueueName) -> tuple[list[str], tuple[dict[str, Any], int | None, MessageId | None]]:
+        if self.change_check_seconds:
+            # Stamp first: a change during the listing changes the stamp again, and is listed next time.
+            with contextlib.suppress(OSError):
+                stamp = dir_stamp(self.store.layout.queue_dir(queue))
+                # A directory's mtime has the granularity of the kernel's coarse clock (a few ms): a change right
+                # after this stamp may leave it equal. While the mtime is recent, list again at the next check.
+                recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
+                self._stamps[queue] = None if recent else stamp
         names = self.store.scan_ready(queue)
         return names, self._read_meta(queue)
 
@@ -325,6 +344,7 @@ class Broker:
 
     def _forget_queue(self, queue: QueueName) -> None:
         self.fetcher_for(queue).queues.pop(queue, None)
+        self._stamps.pop(queue, None)
         if self.watcher is not None:
             self.watcher.unwatch(queue)
         for signals in (self._arrivals, self._room):
@@ -390,14 +410,24 @@ class Broker:
 
     async def _rescan_loop(self) -> None:
         interval = self.settings.rescan_interval_seconds
+        loop = asyncio.get_running_loop()
+        next_full = loop.time() + interval
         while not self._stop.is_set():
+            timeout = next_full - loop.time()
+            if self.change_check_seconds:
+                timeout = min(timeout, self.change_check_seconds)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=interval)
-            if not self._stop.is_set():
-                try:
+                await asyncio.wait_for(self._stop.wait(), timeout=max(timeout, 0))
+            if self._stop.is_set():
+                break
+            try:
+                if loop.time() >= next_full:
                     await self.rescan_all()
-                except MQError as exc:
-                    logger.error("rescan failed error=%s", exc)
+                    next_full = loop.time() + interval
+                else:
+                    await self.rescan_changed()
+            except (MQError, OSError) as exc:  # OSError: e.g. ENOTCONN from a lost FUSE mount; retried next time
+                logger.error("rescan failed error=%s", exc)
 
     async def rescan_all(self) -> None:
         """List every indexed queue again, re-read its metadata, and bring its index in line with the listing.
@@ -413,28 +443,60 @@ class Broker:
         """
         for fetcher in self.fetchers:
             for queue in list(fetcher.queues):
-                listed = fetcher.queues.get(queue)
-                if listed is None:
-                    continue
-                mark = listed.index.mark()
+                await self._rescan_queue(fetcher, queue)
+
+    async def rescan_changed(self) -> None:
+        """Rescan (as :meth:`rescan_all`) only the indexed queues whose directory changed since its last listing.
+
+        On a shared filesystem inotify misses other hosts' sends, leases and
+        deletes; one ``stat`` per indexed queue every ``CHANGE_CHECK_SECONDS``
+        finds them (the directory's mtime changes with every entry added or
+        removed, docs/protocol.md section 13), so a message sent through
+        another host is delivered here within about that interval plus the
+        filesystem's attribute delay, instead of a ``--rescan-interval``.
+        """
+        indexed = [(fetcher, queue) for fetcher in self.fetchers for queue in list(fetcher.queues)]
+        if not indexed:
+            return
+
+        def changed() -> list[int]:
+            out = []
+            for i, (_, queue) in enumerate(indexed):
                 try:
-                    names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
-                except QueueNotFound:
-                    self._forget_queue(queue)
+                    stamp = dir_stamp(self.store.layout.queue_dir(queue))
+                except OSError:
+                    out.append(i)  # gone or unreadable: the rescan finds out which
                     continue
-                state = fetcher.queues.get(queue)
-                if state is None:
-                    continue
-                self._apply_meta(queue, state, meta)
-                gone = state.index.drop_unlisted(mark, names) if state is listed else []
-                before = len(state.index)
-                state.index.update(names)
-                if gone:
-                    logger.info("rescan dropped queue=%s gone=%d", queue, len(gone))
-                    self._fire(self._room, queue)
-                if len(state.index) > before:
-                    logger.info("rescan found queue=%s new=%d", queue, len(state.index) - before)
-                    self._fire(self._arrivals, queue)
+                if self._stamps.get(queue) != stamp:
+                    out.append(i)
+            return out
+
+        for i in await self._in(self.savers, changed):
+            await self._rescan_queue(*indexed[i])
+
+    async def _rescan_queue(self, fetcher: Fetcher, queue: QueueName) -> None:
+        listed = fetcher.queues.get(queue)
+        if listed is None:
+            return
+        mark = listed.index.mark()
+        try:
+            names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
+        except QueueNotFound:
+            self._forget_queue(queue)
+            return
+        state = fetcher.queues.get(queue)
+        if state is None:
+            return
+        self._apply_meta(queue, state, meta)
+        gone = state.index.drop_unlisted(mark, names) if state is listed else []
+        before = len(state.index)
+        state.index.update(names)
+        if gone:
+            logger.info("rescan dropped queue=%s gone=%d", queue, len(gone))
+            self._fire(self._room, queue)
+        if len(state.index) > before:
+            logger.info("rescan found queue=%s new=%d", queue, len(state.index) - before)
+            self._fire(self._arrivals, queue)
 
     # -- queues --------------------------------------------------------------
 

@@ -100,6 +100,15 @@ async def errors_middleware(
         code = {404: "not_found", 405: "method_not_allowed", 413: "message_too_large"}.get(exc.status, "http_error")
         allow = exc.headers.get("Allow")  # RFC 9110: a 405 lists the methods the route has
         return _json_error(exc.status, code, exc.reason or "error", {"Allow": allow} if allow is not None else None)
+    except OSError as exc:
+        if exc.filename is None:  # a socket's error (the client went away), not the storage's
+            raise
+        # A filesystem error that no transition turned into StorageUnavailable (e.g. a listing on a lost FUSE
+        # mount, ENOTCONN): the storage is unavailable, the server is not broken (docs/cluster.md).
+        logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
+        unavailable = StorageUnavailable(f"storage unavailable: {exc.strerror or exc}")
+        headers = {"Retry-After": str(unavailable.retry_after_seconds)}
+        return web.json_response(unavailable.to_json(), status=unavailable.status, headers=headers)
     except Exception:
         logger.exception("internal error method=%s path=%s", request.method, request.path)
         return _json_error(500, "internal_error", "internal error; see the server log")

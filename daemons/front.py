@@ -71,6 +71,7 @@ from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
 from mqcore.errors import ConfigError
+from mqcore.fsinfo import shared_warning
 
 __all__ = ["Broker", "Settings", "cli", "main", "make_app", "make_runner", "serve"]
 
@@ -171,6 +172,9 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     if shutdown_trigger is None:
         _runtime.install_stop_signals(stop)
     broker = Broker(settings)
+    shared = shared_warning(settings.root, broker.mount)
+    if shared:
+        logger.warning("%s", shared)
     await broker.start()
     runner = make_runner(broker, auth)
     await runner.setup()

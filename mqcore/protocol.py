@@ -290,6 +290,10 @@ class LeasePolicy:
         return self.dead_letter_queue if receive_count >= self.max_receive_count else None
 
 
+#: Creates a send tries, each with a fresh id, when O_EXCL answers EEXIST (docs/protocol.md 13.2).
+SEND_CREATE_ATTEMPTS = 3
+
+
 def _storage_error(what: str, exc: OSError) -> StorageUnavailable:
     if STORAGE_HOOKS.on_error is not None:
         STORAGE_HOOKS.on_error(what)
@@ -321,8 +325,18 @@ class Store:
     # -- queues ------------------------------------------------------------
 
     def queue_exists(self, queue: QueueName) -> bool:
-        """True if ``queues/<queue>`` is a directory."""
-        return os.path.isdir(self.layout.queue_dir(queue))
+        """True if ``queues/<queue>`` is a directory.
+
+        Raises:
+            StorageUnavailable: The ``stat`` failed other than with ENOENT/ENOTDIR (e.g. ENOTCONN on a lost
+                FUSE mount, EIO): whether the queue exists is unknown, so it must not be answered as missing.
+        """
+        try:
+            return stat.S_ISDIR(os.stat(self.layout.queue_dir(queue)).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError as exc:
+            raise _storage_error("stat of the queue directory", exc) from exc
 
     def create_queue(
         self,
@@ -598,14 +612,33 @@ class Store:
         if not self.queue_exists(queue):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         message_id = message_id or self.ids.next_id()
-        path = self.layout.new_path(queue, message_id)
-        self._write_file(path, model.encode(body, content_type, attributes, queue, attribute_types))
+        data = model.encode(body, content_type, attributes, queue, attribute_types)
+        for attempt in range(1, SEND_CREATE_ATTEMPTS + 1):
+            path = self.layout.new_path(queue, message_id)
+            try:
+                self._write_file(path, data, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS)
+            except FileExistsError:
+                # Ids are unique, so the name is not another sender's file: GlusterFS without kernel caches
+                # can answer EEXIST to both of two racing O_EXCL creates with no file left (docs/protocol.md
+                # 13.2). Nothing of ours was created; a fresh id is a fresh name.
+                message_id = self.ids.next_id()
+                continue
+            break
         return PendingMessage(queue, message_id, path)
 
-    def _write_file(self, path: str, data: bytes) -> None:
-        """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise StorageUnavailable."""
+    def _write_file(self, path: str, data: bytes, *, exists_ok_to_retry: bool = False) -> None:
+        """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise StorageUnavailable.
+
+        Raises:
+            FileExistsError: The create said EEXIST and ``exists_ok_to_retry`` (nothing was created).
+            StorageUnavailable: Any other failure (EEXIST too without ``exists_ok_to_retry``).
+        """
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            if exists_ok_to_retry:
+                raise
+            raise _storage_error("create", FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))) from None
         except OSError as exc:
             raise _storage_error("create", exc) from exc
         step = "write"
@@ -867,6 +900,8 @@ class Store:
         except FileNotFoundError:
             return None
         except OSError as exc:
+            if exc.errno == errno.ESTALE:  # moved or replaced by another host meanwhile: taken (section 13.3)
+                return None
             raise _storage_error("open for receive", exc) from exc
         try:
             st = os.fstat(fd)
@@ -878,6 +913,12 @@ class Store:
             try:
                 os.rename(src, self.layout.delay_path(leased))
             except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno != errno.ESTALE:
+                    raise
+                # Another host moved the file between the open and the rename (section 13.3). Had our rename
+                # happened after all, the lease name is ours alone and the mover redelivers it at its deadline.
                 return None
             if count == 0:
                 first_receive_ms = now
@@ -1818,6 +1859,10 @@ class Store:
         except FileNotFoundError:
             if not os.path.lexists(src):
                 return "gone"
+        except OSError as exc:
+            if exc.errno != errno.ESTALE:
+                raise
+            return "gone"  # moved by another host meanwhile (section 13.3); a later rescan finds it if not
         if self._move_to_remove(src, removed_name(item.queue, item.message_id)):
             return "orphaned"
         return "gone"

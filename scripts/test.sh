@@ -16,6 +16,11 @@ if [ ! -x /usr/lib/chromium/chromium-headless-shell ] && [ "$(id -u)" = 0 ] && c
     echo "installing chromium-headless-shell for the browser test (apt-get)" >&2
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
 fi
+# tests/cluster needs GlusterFS (and faketime for its clock-skew test): installed when running as root and missing.
+if [[ $(id -u) -eq 0 ]] && ! { command -v glusterd && command -v faketime; } >/dev/null 2>&1; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq glusterfs-server glusterfs-client \
+        faketime; } >/dev/null 2>&1 || echo "test.sh: could not install GlusterFS; the cluster tests will say why" >&2
+fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of

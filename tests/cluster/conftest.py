@@ -1,0 +1,248 @@
+"""A real shared filesystem for the cluster tests: one GlusterFS volume, mounted once per "host".
+
+The session-scoped :func:`gluster` fixture runs ``scripts/gluster.sh up`` (glusterd on 127.0.0.2
+with its own state directory, a replica-3 volume on three brick directories, three FUSE mounts)
+once per test session and ``scripts/gluster.sh down`` at the end (docs/cluster.md). Each host
+runs its own full stack (mq on 127.0.0.3, .4, .5, mq-mover, mq-reaper) on a root inside its own
+mount, as three machines sharing one volume would.
+
+Without root, /dev/fuse or the GlusterFS binaries a cluster test is skipped with the reason;
+under ``CI=true`` (where the cluster suite must run) it fails instead, as the ``faults`` and
+``spark`` tests do. ``scripts/test.sh`` installs the packages when it runs as root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, Daemons, Stack
+
+#: The script that builds and removes the volume.
+GLUSTER_SH = REPO / "scripts" / "gluster.sh"
+#: How many hosts (FUSE mounts) the session volume has.
+HOSTS = 3
+#: The volume's name.
+VOLUME = "mqvol"
+#: Where the GlusterFS binaries live on Debian (root's PATH has it; a user's may not).
+SBIN = ("/usr/sbin", "/sbin", "/usr/bin")
+
+
+def cluster_unavailable(reason: str) -> None:
+    """Skip a cluster test locally; fail it under CI=true, where the cluster suite must run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"cluster test cannot run under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (os.path.join(d, name) for d in SBIN if os.access(os.path.join(d, name), os.X_OK)), None
+    )
+
+
+def _missing() -> str | None:
+    """Why the volume cannot be built here, or None."""
+    if os.geteuid() != 0:
+        return "GlusterFS needs root (glusterd, FUSE mounts)"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    for binary, package in (
+        ("glusterd", "glusterfs-server"),
+        ("gluster", "glusterfs-server"),
+        ("glusterfs", "glusterfs-client"),
+    ):
+        if _which(binary) is None:
+            return f"{binary} not found (apt-get install {package})"
+    return None
+
+
+@dataclass
+class Gluster:
+    """The session's volume.
+
+    Attributes:
+        state: The state directory of ``scripts/gluster.sh`` (glusterd's files, bricks, mounts).
+        mounts: One FUSE mount point per host.
+    """
+
+    state: Path
+    mounts: list[Path]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for ``scripts/gluster.sh`` and ``gluster`` commands of this volume."""
+        return {
+            **os.environ,
+            "MQ_GLUSTER_STATE": str(self.state),
+            "MQ_GLUSTER_HOSTS": str(HOSTS),
+            "PATH": os.environ.get("PATH", "") + ":" + ":".join(SBIN),
+        }
+
+    def script(self, command: str) -> str:
+        """Run ``scripts/gluster.sh COMMAND``; return its stdout.
+
+        Raises:
+            subprocess.CalledProcessError: It failed (stderr is in the exception).
+        """
+        return subprocess.run(
+            ["bash", str(GLUSTER_SH), command], env=self.env, capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+
+    def cli(self, *args: str) -> str:
+        """Run the ``gluster`` CLI against this volume's glusterd; return its stdout."""
+        return subprocess.run(
+            [
+                "gluster",
+                "--mode=script",
+                f"--glusterd-sock={self.state}/run/glusterd.socket",
+                f"--log-file={self.state}/log/cli.log",
+                *args,
+            ],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+
+    def brick_pid(self, brick: int) -> int:
+        """Pid of brick process number ``brick`` (1-3)."""
+        for path in (self.state / "run" / "vols" / VOLUME).glob(f"*bricks-b{brick}.pid"):
+            return int(path.read_text().strip())
+        raise FileNotFoundError(f"no pid file for brick {brick}")
+
+    def fuse_pid(self, host: int) -> int:
+        """Pid of the FUSE client process of host ``host`` (0-based)."""
+        mount = str(self.mounts[host])
+        out = subprocess.run(["pgrep", "-f", f"glusterfs .*{mount}$"], capture_output=True, text=True).stdout
+        pids = [int(p) for p in out.split()]
+        assert len(pids) == 1, f"FUSE client of {mount}: {pids}"
+        return pids[0]
+
+    def mount(self, host: int) -> None:
+        """Mount the volume again at host ``host``'s mount point (after a lost FUSE client), as ``gluster.sh up``."""
+        self.script("up")
+        assert os.path.ismount(self.mounts[host]), f"{self.mounts[host]} not mounted again"
+
+    def start_force(self) -> None:
+        """``gluster volume start VOL force`` until every brick is online again.
+
+        (glusterd notices a killed brick only when its connection drops; a ``start force`` before
+        that succeeds and restarts nothing, so it is repeated.)
+
+        Raises:
+            AssertionError: A brick is still offline after 60 s.
+        """
+        deadline = time.monotonic() + 60
+        while True:
+            self.cli("volume", "start", VOLUME, "force")
+            status = self.cli("volume", "status", VOLUME, "--xml")
+            online = re.findall(r"<path>[^<]*/bricks/b\d</path>.*?<status>(\d)</status>", status, re.DOTALL)
+            if online == ["1", "1", "1"]:
+                return
+            assert time.monotonic() < deadline, f"bricks not back after 60 s:\n{status}"
+            time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def gluster() -> Iterator[Gluster]:
+    """The session's GlusterFS volume, mounted once per host (built once, removed at the end)."""
+    reason = _missing()
+    if reason:
+        cluster_unavailable(reason)
+    state = Path(tempfile.mkdtemp(prefix="mq-gluster-", dir="/tmp"))
+    volume = Gluster(state=state, mounts=[])
+    try:
+        try:
+            out = volume.script("up")
+        except subprocess.CalledProcessError as exc:
+            cluster_unavailable(f"scripts/gluster.sh up failed: {exc.stderr.strip()[-2000:]}")
+        volume.mounts = [Path(line) for line in out.split()]
+        assert len(volume.mounts) == HOSTS, out
+        yield volume
+    finally:
+        volume.script("down")
+
+
+@dataclass
+class Host:
+    """One "host": a FUSE mount of the volume and the full stack running on it.
+
+    Attributes:
+        index: 0-based host number.
+        address: The loopback address its mq listens on (127.0.0.3 + index).
+        root: The mq root, inside this host's own mount.
+        stack: mq + mq-mover + mq-reaper on ``root``.
+    """
+
+    index: int
+    address: str
+    root: Path
+    stack: Stack
+
+
+#: Daemon options on the shared filesystem (docs/cluster.md). mq's full rescans are rare: its directory change
+#: checks find other hosts' changes (a test relies on it); the movers rescan delay/ every second.
+CLUSTER_MQ_ARGS = ("--rescan-interval", "30")
+CLUSTER_MOVER_ARGS = ("--rescan-interval", "1")
+CLUSTER_REAPER_ARGS = ("--rescan-interval", "1")
+
+
+def start_hosts(
+    daemons: Daemons,
+    gluster: Gluster,
+    name: str,
+    *,
+    hosts: int = HOSTS,
+    visibility_timeout: int = 30,
+    peers: int = 0,
+    env: dict[str, str] | None = None,
+    envs: Sequence[dict[str, str] | None] = (),
+    **options: Any,
+) -> list[Host]:
+    """Start a full stack per host on root ``name`` of the volume (each through its own mount).
+
+    Args:
+        daemons: Owner of the processes (stopped at teardown).
+        gluster: The volume.
+        name: Directory of the root on the volume (unique per test module).
+        hosts: How many hosts (1-3).
+        visibility_timeout: Default visibility timeout in seconds.
+        peers: ``--peers`` of every mq.
+        env: Extra environment for every daemon; ``envs[i]`` for host i's only (e.g. libfaketime).
+        options: More :meth:`Daemons.stack` options.
+    """
+    started = []
+    for i in range(hosts):
+        root = gluster.mounts[i] / name
+        address = f"127.0.0.{3 + i}"
+        host_env = {**(env or {}), **((envs[i] if i < len(envs) else None) or {})}
+        stack = daemons.stack(
+            root,
+            visibility_timeout=visibility_timeout,
+            peers=peers,
+            mq_args=["--address", address, *CLUSTER_MQ_ARGS],
+            mover_args=list(CLUSTER_MOVER_ARGS),
+            reaper_args=list(CLUSTER_REAPER_ARGS),
+            env=host_env or None,
+            **options,
+        )
+        started.append(Host(index=i, address=address, root=root, stack=stack))
+    return started
+
+
+def with_session(hosts: list[Host], session: Any) -> list[Host]:
+    """The hosts with their stacks' HTTP helpers bound to ``session``."""
+    return [dataclasses.replace(h, stack=dataclasses.replace(h.stack, session=session)) for h in hosts]

@@ -1,0 +1,179 @@
+"""Faults of a real cluster: a host's whole stack killed, a brick killed, a host's FUSE mount lost.
+
+Each test runs load through the hosts of one shared root (three full stacks on the session's
+GlusterFS volume), makes the fault, and then checks as a user would: every acknowledged message is
+delivered intact (lost = 0), none is handed to two consumers inside its visibility timeout, and the
+HTTP answers during the fault are 503 with ``Retry-After`` (the client retries), never 500.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from cluster_load import Ledger, check, consume, produce
+from conftest import Gluster, Host, start_hosts
+
+from mqcore.client import connect
+from tests.conftest import Daemons
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+#: Visibility timeout of the faults' receives, seconds.
+VISIBILITY = 3
+
+
+@pytest.fixture(scope="module")
+def hosts(gluster: Gluster) -> Iterator[list[Host]]:
+    """Three full stacks on one root of the volume, shared by this module's tests (own queues each)."""
+    daemons = Daemons()
+    try:
+        yield start_hosts(daemons, gluster, "faults", visibility_timeout=VISIBILITY)
+    finally:
+        daemons.stop_all()
+
+
+def drain(target: str, queue: str, ledger: Ledger, until: set[str], timeout: float = 90) -> None:
+    """Consume ``queue`` through ``target`` until every id in ``until`` was delivered (or ``timeout``)."""
+    stop = threading.Event()
+    worker = threading.Thread(
+        daemon=True, target=consume, args=(target, [queue], "drain", ledger, stop), kwargs={"visibility_timeout": 30}
+    )
+    worker.start()
+    deadline = time.monotonic() + timeout
+    while until - ledger.delivered_ids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    worker.join(60)
+
+
+def test_a_host_killed_whole_under_load_loses_nothing_and_its_leases_come_back_through_another_host(hosts):
+    a, b = hosts[0], hosts[1]
+    queue = "hostkill"
+    with connect(b.stack.url) as client:
+        client.create_queue(queue)
+    ledger = Ledger()
+    producer = threading.Thread(daemon=True, target=produce, args=(b.stack.url, queue, "k", 120, ledger))
+    producer.start()
+    # A's consumer takes messages and never deletes them: A holds their leases when it dies.
+    held = Ledger()
+    stop = threading.Event()
+    holder = threading.Thread(
+        daemon=True,
+        target=consume,
+        args=(a.stack.url, [queue], "a", held, stop),
+        kwargs={"visibility_timeout": VISIBILITY, "delete": False},
+    )
+    holder.start()
+    deadline = time.monotonic() + 60
+    while len(held.deliveries) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    holder.join(30)
+    assert len(held.deliveries) >= 10, a.stack.logs()
+    for daemon in a.stack.daemons():
+        daemon.kill(signal.SIGKILL)
+    producer.join(120)
+    drain(b.stack.url, queue, ledger, set(ledger.sent))
+    ledger.deliveries[:0] = held.deliveries
+    counts = check(ledger, VISIBILITY)
+    again = {d.message_id: d for d in ledger.deliveries if d.consumer == "drain" and d.receive_count == 2}
+    assert {d.message_id for d in held.deliveries} <= set(again), "A's leases were redelivered through B"
+    assert counts["acknowledged"] == 120, (counts, ledger.errors[:5])
+    # A comes back (same root, same mount) and serves again.
+    for daemon in a.stack.daemons():
+        daemon.start()
+    with connect(a.stack.url) as client:
+        message_id = client.send(queue, b"after the restart")
+        [got] = client.receive(queue, wait_time_seconds=10)
+        assert got.message_id == message_id and got.body == b"after the restart"
+        client.delete(queue, got.receipt_handle)
+
+
+def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_nothing(hosts, gluster):
+    queue = "brickkill"
+    with connect(hosts[0].stack.url) as client:
+        client.create_queue(queue)
+    ledger = Ledger()
+    stop = threading.Event()
+    producers = [
+        threading.Thread(daemon=True, target=produce, args=(h.stack.url, queue, f"b{h.index}", 60, ledger))
+        for h in hosts
+    ]
+    consumers = [
+        threading.Thread(
+            daemon=True,
+            target=consume,
+            args=(h.stack.url, [queue], f"c{h.index}", ledger, stop),
+            kwargs={"visibility_timeout": 30},
+        )
+        for h in hosts[:2]
+    ]
+    for t in (*producers, *consumers):
+        t.start()
+    while len(ledger.sent) < 40:
+        time.sleep(0.05)
+    os.kill(gluster.brick_pid(2), signal.SIGKILL)
+    sent_at_kill = len(ledger.sent)
+    deadline = time.monotonic() + 60
+    while len(ledger.sent) < sent_at_kill + 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(ledger.sent) >= sent_at_kill + 20, f"sends stopped with one brick of three down: {ledger.errors[-5:]}"
+    gluster.start_force()
+    for t in producers:
+        t.join(120)
+    deadline = time.monotonic() + 90
+    while set(ledger.sent) - ledger.delivered_ids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    for t in consumers:
+        t.join(60)
+    counts = check(ledger, 30)
+    assert counts["acknowledged"] == 180, (counts, ledger.errors[:5])
+
+
+def _status_and_retry_after(url: str, method: str, path: str, **kwargs) -> tuple[int, str | None]:
+    r = httpx.request(method, url + path, timeout=30, **kwargs)
+    return r.status_code, r.headers.get("Retry-After")
+
+
+def test_a_host_whose_mount_is_lost_answers_503_and_recovers_when_it_comes_back(hosts, gluster):
+    host = hosts[2]
+    queue = "mountlost"
+    url = host.stack.url
+    assert httpx.put(f"{url}/{queue}").status_code == 201
+    sent = httpx.post(f"{url}/{queue}/messages", content=b"before").headers["X-Message-Id"]
+    os.kill(gluster.fuse_pid(2), signal.SIGKILL)
+    with pytest.raises(OSError) as lost:
+        os.stat(host.root)
+    assert lost.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)  # the kernel says which: both mean "lost"
+    answers = {
+        "send": _status_and_retry_after(url, "POST", f"/{queue}/messages", content=b"during"),
+        "receive": _status_and_retry_after(url, "GET", f"/{queue}/messages"),
+        "stats": _status_and_retry_after(url, "GET", f"/{queue}"),
+        "delete": _status_and_retry_after(url, "DELETE", f"/{queue}/messages/{sent}"),
+        "create": _status_and_retry_after(url, "PUT", f"/{queue}-2"),
+    }
+    assert all(status == 503 and retry for status, retry in answers.values()), answers
+    subprocess.run(["umount", "-l", str(gluster.mounts[2])], check=True, timeout=60)
+    gluster.mount(2)
+    # The same mq, not restarted: it serves again once its root is back.
+    deadline = time.monotonic() + 30
+    while httpx.post(f"{url}/{queue}/messages", content=b"after").status_code != 201:
+        assert time.monotonic() < deadline, host.stack.logs()
+        time.sleep(0.5)
+    with connect(url) as client:
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += client.receive(queue, max_messages=10, wait_time_seconds=1)
+        assert sorted(m.body for m in got) == [b"after", b"before"]
+    assert host.stack.mq.running
+    assert " 500 " not in host.stack.mq.log and "Traceback" not in host.stack.mq.log, host.stack.mq.log_tail()
