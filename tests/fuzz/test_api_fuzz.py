@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 import schemathesis
-from conftest import REPO, Daemons, Stack
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi import checks
+
+from tests.conftest import REPO, Daemons, Stack
 
 EXAMPLES = int(os.environ.get("MQ_FUZZ_EXAMPLES", "15"))
 #: Checks that test what JSON Schema cannot say about this API, not the server:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Daemon, Daemons
 
 from mqcore.auth import hash_token
 from mqcore.client import Client, Worker
 from mqcore.errors import Forbidden, QueueNotFound, Unauthorized
+from tests.conftest import REPO, Daemon, Daemons
 
 #: Cheap scrypt for the tests (the file format allows any cost; production entries use n=16384).
 FAST = {"n": 1024, "r": 8, "p": 1}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import Daemon, Daemons
+
+from tests.conftest import Daemon, Daemons
 
 #: Longest any single check may take, in seconds.
 BOUND_SECONDS = 8.0

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, Daemons
+
+from tests.conftest import REPO, Daemons
 
 #: Longest any wait here may take, in seconds.
 BOUND_SECONDS = 15.0

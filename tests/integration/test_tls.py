@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 import trustme
-from conftest import REPO, Daemon, Daemons
 
 from mqcore.client import Client
 from mqcore.errors import ConnectionFailed
+from tests.conftest import REPO, Daemon, Daemons
 
 
 @pytest.fixture(scope="module")
