@@ -131,6 +131,26 @@ def consume(
                 time.sleep(0.05)
 
 
+def finish_load(
+    ledger: Ledger,
+    producers: list[threading.Thread],
+    consumers: list[threading.Thread],
+    stop: threading.Event,
+    *,
+    wait_seconds: float = 60,
+) -> None:
+    """Wait for the producers, then until every acknowledged message was delivered (at most
+    ``wait_seconds``), then stop the consumers and wait for them."""
+    for t in producers:
+        t.join(120)
+    deadline = time.monotonic() + wait_seconds
+    while set(ledger.sent) - ledger.delivered_ids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    for t in consumers:
+        t.join(60)
+
+
 def _options(target: str) -> dict[str, Any]:
     if target.startswith("http"):
         return {"max_retries": 8, "backoff_seconds": 0.1, "max_backoff_seconds": 2.0, "timeout_seconds": 30}

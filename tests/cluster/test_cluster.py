@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from cluster_load import Ledger, check, consume, produce
+from cluster_load import Ledger, check, consume, finish_load, produce
 from conftest import Gluster, Host, start_hosts
 
 from mqcore.client import connect
@@ -69,14 +69,7 @@ def test_producers_and_consumers_on_every_host_lose_nothing_and_never_share_a_le
         for j in range(2)
     ]
     run_threads(*producers, *consumers)
-    for t in producers:
-        t.join(120)
-    deadline = time.monotonic() + 60
-    while set(ledger.sent) - ledger.delivered_ids() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    stop.set()
-    for t in consumers:
-        t.join(60)
+    finish_load(ledger, producers, consumers, stop)
     counts = check(ledger, VISIBILITY)
     assert counts["acknowledged"] == len(producers) * 40, (counts, ledger.errors[:10])
     by_host = {d.consumer.split(".")[0] for d in ledger.deliveries}

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from cluster_load import Ledger, check, consume, produce
+from cluster_load import Ledger, check, consume, finish_load, produce
 from conftest import Gluster, Host, start_hosts
 
 from mqcore.client import connect
@@ -127,14 +127,7 @@ def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_not
         time.sleep(0.05)
     assert len(ledger.sent) >= sent_at_kill + 20, f"sends stopped with one brick of three down: {ledger.errors[-5:]}"
     gluster.start_force()
-    for t in producers:
-        t.join(120)
-    deadline = time.monotonic() + 90
-    while set(ledger.sent) - ledger.delivered_ids() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    stop.set()
-    for t in consumers:
-        t.join(60)
+    finish_load(ledger, producers, consumers, stop, wait_seconds=90)
     counts = check(ledger, 30)
     assert counts["acknowledged"] == 180, (counts, ledger.errors[:5])
 

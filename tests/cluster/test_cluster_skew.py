@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from cluster_load import Ledger, check, consume, produce
+from cluster_load import Ledger, check, consume, finish_load, produce
 from conftest import Gluster, Host, cluster_unavailable, start_hosts
 
 from tests.conftest import Daemons
@@ -99,14 +99,7 @@ def test_nothing_acknowledged_is_lost_with_skewed_hosts_under_load(hosts):
     ]
     for t in (*producers, *consumers):
         t.start()
-    for t in producers:
-        t.join(120)
-    deadline = time.monotonic() + 60
-    while set(ledger.sent) - ledger.delivered_ids() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    stop.set()
-    for t in consumers:
-        t.join(60)
+    finish_load(ledger, producers, consumers, stop)
     # A mover 2 s ahead may redeliver a lease 2 s early: a double delivery is one inside (timeout - skew).
     counts = check(ledger, 10 - 2 * max(SKEW))
     assert counts["acknowledged"] == 120, (counts, ledger.errors[:5])
