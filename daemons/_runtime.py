@@ -209,8 +209,29 @@ def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
 
 
 def run(main: Callable[[], Awaitable[int]]) -> int:
-    """Run ``main()`` on uvloop and return its exit code."""
-    return uvloop.run(main())
+    """Run ``main()`` on uvloop and return its exit code.
+
+    Once ``main()`` has returned, SIGTERM and SIGINT are ignored for the rest of the process's
+    life. Closing the loop would otherwise put their default actions back while the interpreter
+    is still shutting down, and a late SIGTERM (mq-stack stopping a child that already got the
+    terminal's SIGINT, or systemd's stop racing an exit) would turn a clean exit 0 into "killed
+    by signal 15".
+    """
+
+    async def guarded() -> int:
+        try:
+            return await main()
+        finally:
+            _ignore_stop_signals()
+
+    return uvloop.run(guarded())
+
+
+def _ignore_stop_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def check_root(root: str) -> str:

@@ -151,3 +151,32 @@ def test_socket_activation_serves_the_inherited_socket_and_a_restart_loses_no_co
             assert proc.wait(BOUND_SECONDS) == 0, "\n".join(log)
         reader.join(BOUND_SECONDS)
         listener.close()
+
+
+@pytest.mark.parametrize("module", ["daemons.front", "daemons.mover", "daemons.reaper"])
+def test_a_second_stop_signal_during_shutdown_still_exits_0(tmp_path: Path, module: str) -> None:
+    """Ctrl-C reaches every daemon of mq-stack, then mq-stack sends SIGTERM to the ones still running.
+
+    A SIGTERM that lands after the daemon logged "stopped" (while the interpreter shuts down) must
+    not turn the clean exit into "killed by signal 15" (this failed a CI run of the README's stack).
+    """
+    args = [sys.executable, "-m", module, "--root", str(tmp_path)]
+    if module == "daemons.front":
+        args += ["--port", "0"]
+    with subprocess.Popen(args, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None
+        try:
+            for line in proc.stderr:
+                if re.search(r"mq listening on|ready root=", line):
+                    break
+            proc.send_signal(signal.SIGINT)
+            for line in proc.stderr:
+                if re.search(r"\bstopped\b", line):
+                    break
+            time.sleep(0.005)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            assert proc.wait(BOUND_SECONDS) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
