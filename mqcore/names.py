@@ -341,6 +341,65 @@ def parse_receipt_handle(handle: str) -> InFlightName:
     return parsed
 
 
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    """A receipt handle, parsed once where it enters (HTTP, the SQS layer, a client call).
+
+    The text is the ``delay/`` name ``DL.Q.ID.RC.LT`` (v1: ``DL.Q.ID.RC``) that its receive
+    made (docs/protocol.md §8); :attr:`lease` is that name parsed. Past the edge, code passes
+    this object, never the bare string, so nothing parses a handle twice.
+
+    Attributes:
+        text: The handle as the client holds it (``X-Receipt-Handle``, SQS ``ReceiptHandle``).
+        lease: The parsed name; ``lease.lease_key`` identifies the one lease it stands for.
+    """
+
+    text: str
+    lease: InFlightName
+
+    @classmethod
+    def parse(cls, text: object, queue: QueueName | None = None, message_id: str | None = None) -> ReceiptHandle:
+        """Parse ``text`` as a receipt handle of ``queue`` (and of ``message_id``, if given).
+
+        Args:
+            text: What the caller sent; any type (a non-string is refused, not crashed on).
+            queue: The queue named by the request; the handle must belong to it.
+            message_id: The message id named by the request, if any; the handle must be of it.
+        Raises:
+            InvalidReceiptHandle: Not a handle a receive returns (receive count >= 1), or of
+                another queue or message (HTTP 400; SQS ``ReceiptHandleIsInvalid``).
+        """
+        lease = parse_receipt_handle(text)  # type: ignore[arg-type]  # refuses non-strings itself
+        assert isinstance(text, str)
+        if queue is not None and lease.queue != queue:
+            raise InvalidReceiptHandle(
+                f"receipt handle belongs to queue {lease.queue!r}, not {queue!r}", receipt_handle=cap(text, 200)
+            )
+        if message_id is not None and lease.message_id != message_id:
+            raise InvalidReceiptHandle(
+                f"receipt handle is of message {lease.message_id}, not {message_id}", receipt_handle=cap(text, 200)
+            )
+        return cls(text, lease)
+
+    @property
+    def queue(self) -> QueueName:
+        """The queue whose message the handle leases."""
+        return self.lease.queue
+
+    @property
+    def message_id(self) -> MessageId:
+        """The id of the leased message."""
+        return self.lease.message_id
+
+    @property
+    def lease_key(self) -> str:
+        """``Q.ID.RC.LT``: the handle's lease, kept across changes of visibility (§8.1)."""
+        return self.lease.lease_key
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def new_name(queue: QueueName, message_id: MessageId) -> str:
     """File name of a message being written, inside ``new/``: ``Q.ID``."""
     return f"{queue}.{message_id}"
