@@ -77,7 +77,7 @@ def is_loopback(address: str) -> bool:
         infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         return False
-    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    return bool(infos) and all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def check_exposure(address: str, *, auth: bool, insecure_listen: bool) -> str:

@@ -46,7 +46,7 @@ logger = logging.getLogger("mq.metrics")
 T = TypeVar("T")
 
 # No ``_created`` series: they double the output and no dashboard here reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: Default of ``--metrics-max-queues``: queues named in labels before the rest go under ``_other``.
 DEFAULT_MAX_QUEUES = 1000
@@ -327,7 +327,7 @@ class BrokerCollector(Collector):
             indexed[queue] = (len(state.index), sent_ms_of(parsed[0]) if parsed else None)
 
         def read() -> tuple[dict[str, tuple[int, int | None]], Any, dict[str, tuple[int, int, bool]]]:
-            redrive = {}
+            redrive: dict[str, tuple[int, int, bool]] = {}
             now = now_ms()
             for queue in queues:
                 status = store.read_redrive_status(queue)

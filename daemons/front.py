@@ -361,7 +361,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
 )
 @_listen.security_options
 @click.pass_context
-def cli(ctx: click.Context, **values: Any) -> int:
+def cli(ctx: click.Context, /, **values: Any) -> int:
     """mq: the HTTP front end of the queue."""
     _runtime.setup_logging(values["log_level"])
     _runtime.log_sources(ctx, values)
