@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import pytest
 
 from mqcore.client._local import LocalClient
-from mqcore.client._types import BatchEntry, Message
+from mqcore.client.types import BatchEntry, Message
 from mqcore.errors import (
     InvalidAttribute,
     InvalidQueueName,
