@@ -20,6 +20,9 @@ storage failed (brokerless: at once). Only the errors particular to a method
 are listed below. Errors are the :mod:`mqcore.errors` classes the daemons
 answer with, so a caller catches the same classes in every mode.
 
+A default written ``...`` below is the implementations' (the same in each: the test checks it),
+left out here so that importing this module stays cheap (mqctl's start-up).
+
 Units are in the names (docs/glossary.md): ``_seconds``, ``_ms`` (epoch
 milliseconds for points in time). The limits are SQS's where SQS has the idea
 (e.g. SQS: WaitTimeSeconds 0-20), the rest mq's (docs/api.md).
@@ -34,7 +37,6 @@ from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import MQError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
-from mqcore.protocol import DEFAULT_PEEK_LIMIT
 
 __all__ = ["DEFAULT_URL", "AsyncQueueClient", "QueueClient", "documented_by"]
 
@@ -354,7 +356,7 @@ class QueueClient(Protocol):
         queue: str,
         *,
         after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
+        limit: int = ...,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> PeekPage:
@@ -363,7 +365,7 @@ class QueueClient(Protocol):
         Args:
             queue: Queue name.
             after: Only messages with ids greater than this one (a page's ``next_after``).
-            limit: 1-1,000 messages per page.
+            limit: 1-1,000 messages per page (default :data:`mqcore.protocol.DEFAULT_PEEK_LIMIT`, 100).
             partition: With ``partitions``: only messages of this partition (as a partitioned receive).
             partitions: Number of partitions, 1-1,000.
         Returns:
@@ -401,7 +403,7 @@ class QueueClient(Protocol):
         self,
         queue: str,
         *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
+        page_size: int = ...,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> Iterator[PeekedMessage]:
@@ -412,7 +414,7 @@ class QueueClient(Protocol):
 
         Args:
             queue: Queue name.
-            page_size: Messages per :meth:`peek`, 1-1,000.
+            page_size: Messages per :meth:`peek`, 1-1,000 (default as :meth:`peek`'s ``limit``).
             partition: As :meth:`peek`.
             partitions: As :meth:`peek`.
         """
@@ -543,7 +545,7 @@ class AsyncQueueClient(Protocol):
         queue: str,
         *,
         after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
+        limit: int = ...,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> PeekPage: ...
@@ -556,7 +558,7 @@ class AsyncQueueClient(Protocol):
         self,
         queue: str,
         *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
+        page_size: int = ...,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> AsyncIterator[PeekedMessage]: ...

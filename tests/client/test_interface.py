@@ -55,11 +55,25 @@ def test_each_client_has_every_method_of_its_protocol_with_the_same_signature(pr
         if name in ("__enter__", "__aenter__"):  # -> Self: the implementation returns its own class
             assert inspect.iscoroutinefunction(actual) == inspect.iscoroutinefunction(declared)
             continue
-        assert parameters(actual) == parameters(declared), f"{implementation.__name__}.{name}() differs"
+        # A default the Protocol leaves to the implementations (``...``) is compared between them below.
+        left = [p for p in parameters(declared) if p[2] is Ellipsis]
+        found = [(n, k, Ellipsis if (n, k, Ellipsis, a) in left else d, a) for n, k, d, a in parameters(actual)]
+        assert found == parameters(declared), f"{implementation.__name__}.{name}() differs"
         if inspect.iscoroutinefunction(declared):
             assert inspect.iscoroutinefunction(actual), f"{implementation.__name__}.{name}() is not a coroutine"
         else:
             assert not inspect.iscoroutinefunction(actual), f"{implementation.__name__}.{name}() is a coroutine"
+
+
+@pytest.mark.parametrize("protocol", [QueueClient, AsyncQueueClient], ids=lambda c: c.__name__)
+def test_defaults_left_to_the_implementations_are_the_same_in_each(protocol):
+    implementations = [i for p, i in IMPLEMENTATIONS if p is protocol]
+    for name in members(protocol):
+        defaults = {i.__name__: {p[0]: p[2] for p in parameters(getattr(i, name))} for i in implementations}
+        for parameter, _, default, _ in parameters(getattr(protocol, name)):
+            if default is Ellipsis:
+                values = {client: given[parameter] for client, given in defaults.items()}
+                assert len(set(values.values())) == 1, f"{name}({parameter}=...) defaults differ: {values}"
 
 
 @pytest.mark.parametrize(("protocol", "implementation"), IMPLEMENTATIONS, ids=lambda c: c.__name__)
