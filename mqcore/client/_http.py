@@ -147,7 +147,7 @@ class _Base:
     def _timeout(self, request: Request) -> httpx.Timeout:
         return httpx.Timeout(self.timeout_seconds, read=self.timeout_seconds + request.extra_read_seconds)
 
-    def _wait_seconds(self, state: RetryCallState) -> float:
+    def _retry_sleep_seconds(self, state: RetryCallState) -> float:
         """Full-jitter exponential backoff, but at least the error's ``retry_after_seconds``."""
         seconds = self._backoff(state)
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -174,7 +174,7 @@ class _Base:
 
         return {
             "stop": stop_after_attempt(attempts),
-            "wait": self._wait_seconds,
+            "wait": self._retry_sleep_seconds,
             "retry": retry_if_exception(_is_retriable),
             "before_sleep": log_retry,
             "reraise": True,

@@ -496,12 +496,12 @@ class _Run:
         error_pause = RECEIVE_ERROR_BACKOFF_SECONDS
         try:
             while not self.halt.is_set():
-                wait_seconds = self._poll_wait()
+                wait_time_seconds = self._poll_wait()
                 try:
                     messages = self.api.receive(
                         self.queue,
                         max_messages=1,
-                        wait_time_seconds=wait_seconds,
+                        wait_time_seconds=wait_time_seconds,
                         visibility_timeout_seconds=worker.visibility_timeout_seconds,
                         partition=worker.partition,
                         partitions=worker.partitions,
@@ -549,16 +549,16 @@ class _Run:
 
     def _poll_wait(self) -> int:
         """The long-polling wait of the next receive, in seconds."""
-        wait_seconds = self.worker.wait_time_seconds
+        wait_time_seconds = self.worker.wait_time_seconds
         if not self.until_empty:
-            return wait_seconds
+            return wait_time_seconds
         with self.lock:
             now = time.monotonic()
             if self.handlers_running == 0 and now >= self.quiet_after:
                 return 0
             if self.handlers_running:
-                return min(wait_seconds, 1)
-            return min(wait_seconds, max(1, math.ceil(self.quiet_after - now)))
+                return min(wait_time_seconds, 1)
+            return min(wait_time_seconds, max(1, math.ceil(self.quiet_after - now)))
 
     def _drained(self) -> bool:
         """After an empty receive: True (and the run halts) if until_empty's condition holds."""

@@ -124,7 +124,7 @@ def queues_stats(opts: ClientOptions, queue: str) -> None:
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Receive up to N messages.")
 @click.option(
     "--wait",
-    "wait_seconds",
+    "wait_time_seconds",
     type=click.IntRange(min=0),
     default=None,
     help="Wait up to SECONDS for messages (long polling) [default: the queue's receive_wait_seconds].",
@@ -143,7 +143,7 @@ def receive(
     opts: ClientOptions,
     queue: str,
     count: int,
-    wait_seconds: int | None,
+    wait_time_seconds: int | None,
     visibility_timeout_seconds: int | None,
     delete_after: bool,
     as_json: bool,
@@ -155,13 +155,13 @@ def receive(
     when no message came within the wait.
     """
     client = opts.client()
-    deadline = time.monotonic() + (wait_seconds or 0)
+    deadline = time.monotonic() + (wait_time_seconds or 0)
     got = 0
     exit_code = EXIT_OK
     while got < count:
         if got:
             wait: int | None = 0  # once something came, take only what is ready now (SQS returns early too)
-        elif wait_seconds is None:
+        elif wait_time_seconds is None:
             wait = None  # the queue's receive_wait_seconds
         else:
             wait = min(MAX_WAIT_SECONDS, max(0, round(deadline - time.monotonic())))
@@ -173,7 +173,7 @@ def receive(
             attempt_id=f"mqctl-{uuid.uuid4().hex}",  # an automatic retry returns the same messages
         )
         if not messages:
-            if not got and wait_seconds is not None and deadline - time.monotonic() >= 1:
+            if not got and wait_time_seconds is not None and deadline - time.monotonic() >= 1:
                 continue  # a --wait longer than one long poll: poll again
             break
         got += len(messages)
