@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mqcore.attributes import MAX_RECEIVE_MESSAGES, MAX_WAIT_SECONDS
+from mqcore.attributes import MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS
 from mqcore.ctl._group import ClientOptions, cli, parse_queue_attributes, pass_options
 from mqcore.ctl._output import (
     EXIT_ERROR,
@@ -33,6 +33,7 @@ from mqcore.ctl._output import (
     write_message,
 )
 from mqcore.errors import MQError
+from mqcore.redrive import DEFAULT_REDRIVE_RATE
 
 if TYPE_CHECKING:
     from mqcore.client.api import QueueClient
@@ -134,7 +135,7 @@ def queues_stats(opts: ClientOptions, queue: str) -> None:
     "visibility_timeout_seconds",
     type=click.IntRange(min=0),
     default=None,
-    help="Seconds the messages stay in flight (0-43200) [default: the queue's].",
+    help=f"Seconds the messages stay in flight (0-{MAX_VISIBILITY_TIMEOUT_SECONDS}) [default: the queue's].",
 )
 @click.option("--delete", "delete_after", is_flag=True, help="Delete each message once it is printed.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, with the receipt handle.")
@@ -268,7 +269,12 @@ def purge(opts: ClientOptions, queue: str) -> None:
 @click.option(
     "--to", "destination", default=None, help="Move every message to this queue [default: each one's source]."
 )
-@click.option("--rate", type=click.IntRange(min=1), default=None, help="At most N messages per second [server: 500].")
+@click.option(
+    "--rate",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"At most N messages per second [server: {DEFAULT_REDRIVE_RATE}].",
+)
 @click.option("--wait", "wait", is_flag=True, help="Wait until the redrive ends (progress bar on stderr).")
 @click.option("--status", "status", is_flag=True, help="Print the status of the last redrive instead.")
 @click.option("--cancel", "cancel", is_flag=True, help="Cancel the running redrive instead.")
