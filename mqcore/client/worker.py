@@ -42,10 +42,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS
-from mqcore.client._types import Message, PeekedMessage, PeekPage
+from mqcore.client.api import QueueClient
+from mqcore.client.types import Message, PeekedMessage
 from mqcore.errors import (
     InvalidRequest,
     MessageNotFound,
@@ -55,6 +56,7 @@ from mqcore.errors import (
     StaleReceiptHandle,
 )
 from mqcore.names import MAX_PARTITIONS
+from mqcore.protocol import MAX_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 
@@ -74,55 +76,6 @@ _FATAL_RECEIVE_ERRORS = (QueueNotFound, InvalidRequest)
 #: Errors meaning the lease behind a receipt handle is over: another receive took the message,
 #: or it is gone (deleted, purged, expired, dead-lettered), or it is ready again.
 _LEASE_OVER_ERRORS = (StaleReceiptHandle, MessageNotFound, MessageNotInFlight, QueueNotFound)
-
-
-class WorkerClient(Protocol):
-    """The methods of a sync client (``Client``, ``LocalClient``) that :class:`Worker` uses.
-
-    The client is shared by the worker's threads, so it must be thread-safe.
-    """
-
-    def get_attributes(self, queue: str) -> dict[str, Any]:
-        """The queue's effective attributes."""
-        ...
-
-    def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]:
-        """Receive up to ``max_messages`` messages ([] when nothing came)."""
-        ...
-
-    def ack(self, message: Message) -> None:
-        """Delete a received message by its receipt handle."""
-        ...
-
-    def nack(self, message: Message, delay_seconds: int = 0) -> None:
-        """Release a received message for a retry after ``delay_seconds``."""
-        ...
-
-    def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
-        """Set a new visibility timeout from now; return the new deadline (epoch ms)."""
-        ...
-
-    def peek(self, queue: str, *, after: str | None = None, limit: int = 100) -> PeekPage:
-        """Read messages without receiving them."""
-        ...
-
-    def purge(self, queue: str) -> int:
-        """Remove every message of a queue; return how many."""
-        ...
-
-    def close(self) -> None:
-        """Release the client's connections."""
-        ...
 
 
 Handler = Callable[[Message], Any]
@@ -180,7 +133,7 @@ class Worker:
         handler: Called with each :class:`~mqcore.client.Message`; returning acks the message,
             raising releases it for a retry (its return value is ignored). Runs on one of the
             worker's threads, up to ``concurrency`` at a time.
-        client: A sync client (``Client``, ``LocalClient``), shared by the worker's threads;
+        client: A :class:`~mqcore.client.api.QueueClient` (``Client``, ``LocalClient``), shared by the worker's threads;
             or a URL / root directory given to ``mqcore.client.connect``, in which case the
             worker owns that client and closes it when :meth:`run` returns.
         concurrency: Threads, each receiving and handling one message at a time.
@@ -210,7 +163,7 @@ class Worker:
         queue: str,
         handler: Handler,
         *,
-        client: WorkerClient | str,
+        client: QueueClient | str,
         concurrency: int = 1,
         partition: int | None = None,
         partitions: int | None = None,
@@ -342,7 +295,7 @@ class Worker:
             out: list[PeekedMessage] = []
             after: str | None = None
             while len(out) < limit:
-                page = client.peek(dead_letter_queue, after=after, limit=min(limit - len(out), 1000))
+                page = client.peek(dead_letter_queue, after=after, limit=min(limit - len(out), MAX_PEEK_LIMIT))
                 out.extend(page.messages)
                 if page.next_after is None or not page.messages:
                     break
@@ -375,7 +328,7 @@ class Worker:
     # -- helpers ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _open_client(self) -> Iterator[WorkerClient]:
+    def _open_client(self) -> Iterator[QueueClient]:
         """The client given, or one connected from the URL / root given and closed afterwards."""
         if not isinstance(self._client, str):
             yield self._client
@@ -383,7 +336,7 @@ class Worker:
         from mqcore.client import connect
 
         options = {"token": self._token} if self._token is not None else {}
-        client: WorkerClient = connect(self._client, **options)
+        client: QueueClient = connect(self._client, **options)
         try:
             yield client
         finally:
@@ -436,7 +389,7 @@ class _Run:
         self.worker = worker
         self.queue = worker.queue
         self.until_empty = until_empty
-        self.client: WorkerClient | None = None
+        self.client: QueueClient | None = None
         self.stats = WorkerStats()
         #: Set to end the run: stop(), drained (until_empty) or a fatal error.
         self.halt = threading.Event()
@@ -458,7 +411,7 @@ class _Run:
         self.threads: list[threading.Thread] = []
 
     @property
-    def api(self) -> WorkerClient:
+    def api(self) -> QueueClient:
         assert self.client is not None
         return self.client
 
@@ -543,12 +496,12 @@ class _Run:
         error_pause = RECEIVE_ERROR_BACKOFF_SECONDS
         try:
             while not self.halt.is_set():
-                wait_seconds = self._poll_wait()
+                wait_time_seconds = self._poll_wait()
                 try:
                     messages = self.api.receive(
                         self.queue,
                         max_messages=1,
-                        wait_time_seconds=wait_seconds,
+                        wait_time_seconds=wait_time_seconds,
                         visibility_timeout_seconds=worker.visibility_timeout_seconds,
                         partition=worker.partition,
                         partitions=worker.partitions,
@@ -596,16 +549,16 @@ class _Run:
 
     def _poll_wait(self) -> int:
         """The long-polling wait of the next receive, in seconds."""
-        wait_seconds = self.worker.wait_time_seconds
+        wait_time_seconds = self.worker.wait_time_seconds
         if not self.until_empty:
-            return wait_seconds
+            return wait_time_seconds
         with self.lock:
             now = time.monotonic()
             if self.handlers_running == 0 and now >= self.quiet_after:
                 return 0
             if self.handlers_running:
-                return min(wait_seconds, 1)
-            return min(wait_seconds, max(1, math.ceil(self.quiet_after - now)))
+                return min(wait_time_seconds, 1)
+            return min(wait_time_seconds, max(1, math.ceil(self.quiet_after - now)))
 
     def _drained(self) -> bool:
         """After an empty receive: True (and the run halts) if until_empty's condition holds."""

@@ -15,16 +15,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mqcore.client import Client, LocalClient, connect
+from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS
+from mqcore.client import DEFAULT_URL, QueueClient, connect
+from mqcore.client.types import TEXT_CONTENT_TYPE
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES
+from mqcore.names import MAX_PARTITIONS
+from mqcore.protocol import MAX_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 
-#: Default ``url`` (the daemon's default address).
-DEFAULT_URL = "http://127.0.0.1:8080"
 #: Default ``numPartitions``: input partitions per queue (batch read) or per micro-batch (streaming read).
 DEFAULT_NUM_PARTITIONS = 2
-#: Default ``pageSize``: messages per peek request of a batch read (the server allows 1-1,000).
-DEFAULT_PAGE_SIZE = 1000
+#: Default ``pageSize``: messages per peek request of a batch read (the most the server allows).
+DEFAULT_PAGE_SIZE = MAX_PEEK_LIMIT
 #: Default ``consumer``: the prefix of the streaming read's receive attempt ids.
 DEFAULT_CONSUMER = "spark"
 #: Default ``maxMessagesPerBatch``: most messages leased for one micro-batch.
@@ -32,9 +35,9 @@ DEFAULT_MAX_MESSAGES_PER_BATCH = 10_000
 #: Default ``visibilityTimeoutSeconds``: how long a leased message stays invisible, in seconds.
 DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 600
 #: Default ``batchSize``: entries per ``send_batch`` request of a write (SQS: 10).
-DEFAULT_BATCH_SIZE = 10
+DEFAULT_BATCH_SIZE = DEFAULT_BATCH_MESSAGES
 #: Default ``contentType`` of string bodies written.
-DEFAULT_CONTENT_TYPE = "text/plain; charset=utf-8"
+DEFAULT_CONTENT_TYPE = TEXT_CONTENT_TYPE
 
 #: Longest ``consumer``: an attempt id ``<consumer>:<seq>:<k>[:<nonce>]`` must stay within 128 characters.
 MAX_CONSUMER_LENGTH = 64
@@ -94,7 +97,7 @@ class SourceOptions:
     token: str | None = field(default=None, repr=False)
     ca_bundle: str | None = None
 
-    def connect(self) -> Client | LocalClient:
+    def connect(self) -> QueueClient:
         """A new client of :attr:`target` (the caller closes it)."""
         if self.target.startswith(("http://", "https://")):
             return connect(self.target, token=self.token, ca_bundle=self.ca_bundle)
@@ -179,8 +182,8 @@ def parse(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     return SourceOptions(
         target=target,
         queues=_queues(options, mode),
-        num_partitions=_integer(options, "numpartitions", "numPartitions", DEFAULT_NUM_PARTITIONS, 1, 1000),
-        page_size=_integer(options, "pagesize", "pageSize", DEFAULT_PAGE_SIZE, 1, 1000),
+        num_partitions=_integer(options, "numpartitions", "numPartitions", DEFAULT_NUM_PARTITIONS, 1, MAX_PARTITIONS),
+        page_size=_integer(options, "pagesize", "pageSize", DEFAULT_PAGE_SIZE, 1, MAX_PEEK_LIMIT),
         include_dead_letters=_boolean(options, "includedeadletters", "includeDeadLetters", True),
         consumer=consumer,
         max_messages_per_batch=_integer(
@@ -192,9 +195,9 @@ def parse(options: Mapping[str, str], mode: Mode) -> SourceOptions:
             "visibilityTimeoutSeconds",
             DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
             1,
-            43_200,
+            MAX_VISIBILITY_TIMEOUT_SECONDS,
         ),
-        batch_size=_integer(options, "batchsize", "batchSize", DEFAULT_BATCH_SIZE, 1, 1000),
+        batch_size=_integer(options, "batchsize", "batchSize", DEFAULT_BATCH_SIZE, 1, MAX_BATCH_MESSAGES),
         content_type=str(options.get("contenttype", DEFAULT_CONTENT_TYPE)),
         prefetch=_boolean(options, "prefetch", "prefetch", False),
         token=str(options["token"]) if options.get("token") else None,

@@ -45,7 +45,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from mqcore.client import Client, LocalClient, Message, PeekedMessage
+from mqcore.client import Message, PeekedMessage, QueueClient
 from mqcore.errors import MessageNotFound, MQError, QueueNotFound
 from mqcore.spark._options import SourceOptions
 
@@ -180,7 +180,7 @@ class LeasedPartition(InputPartition):
 class _Driver:
     """What the driver-side reader keeps between calls (never pickled)."""
 
-    client: Client | LocalClient
+    client: QueueClient
     pool: ThreadPoolExecutor
     #: Leased and not yet acknowledged batches: seq -> messages (id order).
     batches: dict[int, list[MessageTuple]] = field(default_factory=dict)

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from mqcore.client import BatchEntry, Client, LocalClient
+from mqcore.client import BatchEntry, QueueClient
 from mqcore.errors import MQError
 from mqcore.spark._options import OptionError, SourceOptions
 
@@ -161,7 +161,7 @@ class RowPlan:
         return queue, entry
 
 
-def _send(client: Client | LocalClient, queue: str, entries: list[BatchEntry], batch_size: int) -> None:
+def _send(client: QueueClient, queue: str, entries: list[BatchEntry], batch_size: int) -> None:
     results = client.send_batch(queue, entries, batch_size=batch_size)
     errors = [r for r in results if isinstance(r, MQError)]
     if errors:

@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 import pytest
 
 from mqcore.client._local import LocalClient
-from mqcore.client._types import BatchEntry, Message
+from mqcore.client.api import QueueClient
+from mqcore.client.types import BatchEntry, Message
 from mqcore.errors import (
     InvalidAttribute,
     InvalidQueueName,
@@ -54,10 +55,10 @@ class Pair:
     """Two independent clients of one root (see the module docstring for the three kinds)."""
 
     kind: str
-    a: Any
-    b: Any
+    a: QueueClient
+    b: QueueClient
 
-    def both_ways(self) -> list[tuple[Any, Any]]:
+    def both_ways(self) -> list[tuple[QueueClient, QueueClient]]:
         """(sender, receiver): both directions for ``mixed``; one for the others (both clients are alike)."""
         return [(self.a, self.b), (self.b, self.a)] if self.kind == "mixed" else [(self.a, self.b)]
 
@@ -79,7 +80,7 @@ def http_client_class() -> type:
 @pytest.fixture(params=["http", "local", "mixed"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
     kind = request.param
-    clients: list[Any] = []
+    clients: list[QueueClient] = []
     if kind == "local":
         clients = [LocalClient(tmp_path / "root"), LocalClient(tmp_path / "root")]
     else:
@@ -104,7 +105,7 @@ def eventually(predicate: Callable[[], T], what: str = "condition", timeout_seco
     return value
 
 
-def receive_n(client: Any, queue: str, n: int, **options: Any) -> list[Message]:
+def receive_n(client: QueueClient, queue: str, n: int, **options: Any) -> list[Message]:
     """Receive exactly ``n`` messages (long polls until they have come)."""
     out: list[Message] = []
     while len(out) < n:
@@ -114,7 +115,7 @@ def receive_n(client: Any, queue: str, n: int, **options: Any) -> list[Message]:
     return out
 
 
-def drain(client: Any, queue: str, **options: Any) -> list[Message]:
+def drain(client: QueueClient, queue: str, **options: Any) -> list[Message]:
     """Receive and delete until a receive returns nothing."""
     out: list[Message] = []
     while batch := client.receive(queue, max_messages=10, **options):

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from mqcore.client._http import AsyncClient, Client
-from mqcore.client._types import BatchEntry, Message, PeekedMessage
+from mqcore.client.types import BatchEntry, Message, PeekedMessage
 from mqcore.errors import (
     ConnectionFailed,
     InvalidAttribute,

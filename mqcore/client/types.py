@@ -1,0 +1,137 @@
+"""Data shapes shared by every client (HTTP and brokerless): what a receive and a peek return (public).
+
+Plain frozen dataclasses, no I/O: the HTTP client builds them from JSON
+answers, the brokerless client from :class:`mqcore.model.ReceivedMessage`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: Content-Type the client gives a body sent as ``str``.
+TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
+#: Content-Type of :meth:`send_json` bodies (SMQ's payloads).
+JSON_CONTENT_TYPE = "application/json"
+
+#: Where a peeked message is: ready, received and in flight, or sent with a delay not yet over.
+MessageState = Literal["ready", "in_flight", "delayed"]
+
+
+class _Body:
+    """Decoding helpers for classes with ``body: bytes``."""
+
+    body: bytes
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """The body decoded as text.
+
+        Raises:
+            UnicodeDecodeError: The body is not valid in ``encoding``.
+        """
+        return self.body.decode(encoding)
+
+    def json(self) -> Any:
+        """The body decoded as JSON (what :meth:`Client.send_json` sent).
+
+        Raises:
+            ValueError: The body is not JSON (``json.JSONDecodeError``, or not UTF-8).
+        """
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class Message(_Body):
+    """A received message: the body and everything needed to delete or release it.
+
+    Attributes:
+        queue: The queue it was received from.
+        message_id: Its id (a lowercase UUIDv7; ids sort in send order).
+        receipt_handle: Handle of this receive (opaque). Pass it to ``delete`` or
+            ``change_visibility``; a later receive of the same message makes it stale.
+        body: The body bytes exactly as sent.
+        content_type: As sent (default ``application/octet-stream``).
+        attributes: User message attributes (name -> string). SQS: MessageAttributes.
+        sent_ms: Send time, epoch milliseconds. SQS: SentTimestamp.
+        receive_count: Receives so far, this one included (1 on the first).
+            SQS: ApproximateReceiveCount.
+        first_receive_ms: Time of the first receive, epoch milliseconds.
+            SQS: ApproximateFirstReceiveTimestamp.
+        visibility_deadline_ms: End of this receive's visibility timeout, epoch milliseconds.
+    """
+
+    queue: str
+    message_id: str
+    receipt_handle: str
+    body: bytes
+    content_type: str
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    sent_ms: int = 0
+    receive_count: int = 1
+    first_receive_ms: int = 0
+    visibility_deadline_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PeekedMessage(_Body):
+    """A message seen by ``peek``: read without being received (no lease, no receive count change).
+
+    Attributes:
+        queue: The queue it belongs to.
+        message_id: Its id.
+        state: ``ready``, ``in_flight`` (received, visibility timeout running) or
+            ``delayed`` (sent with a delay that has not ended).
+        body: The body bytes exactly as sent.
+        content_type: As sent.
+        attributes: User message attributes.
+        sent_ms: Send time, epoch milliseconds.
+        receive_count: Receives so far (0 = never received).
+        visible_at_ms: When an ``in_flight`` or ``delayed`` message becomes ready again,
+            epoch milliseconds; None for ``ready``.
+        source_queue: The queue it was first sent to (differs from ``queue`` once
+            dead-lettered), or None if unknown.
+    """
+
+    queue: str
+    message_id: str
+    state: MessageState
+    body: bytes
+    content_type: str
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    sent_ms: int = 0
+    receive_count: int = 0
+    visible_at_ms: int | None = None
+    source_queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PeekPage:
+    """One page of a peek, oldest message first.
+
+    Attributes:
+        messages: Up to ``limit`` messages with ids greater than the ``after`` asked for.
+        next_after: Pass as ``after`` to get the next page; None when this was the last page.
+    """
+
+    messages: list[PeekedMessage]
+    next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEntry:
+    """One message of a batch send (``send_batch``).
+
+    Attributes:
+        body: ``bytes`` as is; ``str`` is sent as UTF-8 with content type
+            ``text/plain; charset=utf-8`` unless ``content_type`` says otherwise.
+        content_type: Its Content-Type (None = the default for the body's type).
+        attributes: User message attributes (at most 10; SQS's name rules).
+        delay_seconds: 0-900; None = the queue's ``delay_seconds``. SQS: DelaySeconds.
+    """
+
+    body: bytes | str
+    content_type: str | None = None
+    attributes: Mapping[str, str] | None = None
+    delay_seconds: int | None = None

@@ -1,0 +1,7 @@
+"""``python -m mqcore.ctl``: the ``mqctl`` command."""
+
+import sys
+
+from mqcore.ctl import main
+
+sys.exit(main())
