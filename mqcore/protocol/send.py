@@ -144,13 +144,8 @@ class Sending(Queues):
     ) -> MessageId:
         """Write, fsync and publish one message; return its id once it is durable.
 
-        Args:
-            queue: The queue.
-            body: The body bytes.
-            content_type: Its Content-Type, or None.
-            attributes: User message attributes (name -> string), already checked.
-            delay_ms: Invisible for this many ms after the send (SQS: DelaySeconds 0-900, here in ms).
-            attribute_types: SQS DataType of attributes that are not plain ``String`` (section 15.13).
+        The arguments are :class:`SendEntry`'s fields (``delay_ms``: SQS DelaySeconds 0-900, here in ms).
+
         Raises:
             QueueNotFound: No such queue.
             StorageUnavailable: It could not be guaranteed stored.

@@ -84,18 +84,10 @@ class Sweeps(Queues):
 
     def sweep_staging(self, older_than_ms: int) -> int:
         """Remove staging directories ``queues/.Q.TOKEN.creating`` older than ``older_than_ms`` (a creator died)."""
-        cutoff = self.clock() - older_than_ms
         removed = 0
-        for name in listdir(self.layout.queues):
-            if not (name.startswith(".") and name.endswith(STAGING_SUFFIX)):
-                continue
-            path = os.path.join(self.layout.queues, name)
-            try:
-                if mtime_ms(path) > cutoff:
-                    continue
-            except FileNotFoundError:
-                continue
-            shutil.rmtree(path, ignore_errors=True)
+        staging = [n for n in listdir(self.layout.queues) if n.startswith(".") and n.endswith(STAGING_SUFFIX)]
+        for name in self._older_than(self.layout.queues, staging, older_than_ms):
+            shutil.rmtree(os.path.join(self.layout.queues, name), ignore_errors=True)
             removed += 1
         return removed
 
@@ -110,23 +102,28 @@ class Sweeps(Queues):
         Returns:
             The names unlinked.
         """
-        cutoff = self.clock() - older_than_ms
         removed = []
-        for name in listdir(self.layout.new):
-            path = os.path.join(self.layout.new, name)
+        for name in self._older_than(self.layout.new, listdir(self.layout.new), older_than_ms):
             try:
-                if mtime_ms(path) > cutoff:
-                    continue
-            except FileNotFoundError:
-                continue
-            try:
-                os.unlink(path)
+                os.unlink(os.path.join(self.layout.new, name))
                 removed.append(name)
             except FileNotFoundError:
                 pass
             except OSError as exc:
                 logger.warning("cannot remove stale entry in new/ name=%s error=%s", name, exc)
         return removed
+
+    def _older_than(self, directory: str, names: list[str], age_ms: int) -> list[str]:
+        """Those of ``names`` in ``directory`` whose mtime is ``age_ms`` or more before the store's clock."""
+        cutoff = self.clock() - age_ms
+        old = []
+        for name in names:
+            try:
+                if mtime_ms(os.path.join(directory, name)) <= cutoff:
+                    old.append(name)
+            except FileNotFoundError:
+                continue
+        return old
 
     def scan_removed(self) -> list[str]:
         """Names in ``remove/``."""
