@@ -1,4 +1,4 @@
-"""Receive request attempts (docs/protocol.md section 15.7): ``attempts/Q.HASH`` remembers what a receive returned.
+"""Receive request attempts (docs/protocol.md 15.7): ``attempts/Q.HASH`` remembers what a receive returned.
 
 SQS: a ReceiveRequestAttemptId is remembered for 5 minutes from the first call
 (:data:`mqcore.names.ATTEMPT_WINDOW_MS`); a retry with it gets the same messages.

@@ -1,4 +1,4 @@
-"""Delete by message id and purge (docs/protocol.md sections 9 and 15.5): files move into ``remove/``."""
+"""Delete by message id and purge (docs/protocol.md 6.5, 15.8): files move into ``remove/``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Receipt handles (docs/protocol.md section 8): find a lease, change its visibility, delete by it, receive again.
+"""Receipt handles (docs/protocol.md 15.6): find a lease, change its visibility, delete by it, receive again.
 
 A receipt handle is the ``delay/`` name its receive made; a change of
 visibility renames the file to a new deadline and keeps the lease key

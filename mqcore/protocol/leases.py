@@ -1,4 +1,4 @@
-"""Receive (docs/protocol.md section 6): lease a ready file by renaming it into ``delay/``, or dead-letter it."""
+"""Receive (docs/protocol.md 6.3, 15.5): lease a ready file by renaming it into ``delay/``, or dead-letter it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Peek (docs/protocol.md section 15.10): read a queue's messages without receiving them; nothing is renamed."""
+"""Peek (docs/protocol.md 16.2): read a queue's messages without receiving them; nothing is renamed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Queues and their metadata (docs/protocol.md sections 3 and 15): create, attributes, list, delete, purge marker."""
+"""Queues and their metadata (docs/protocol.md 6.1, 6.6, 15.2, 15.13): create, attributes, list, delete."""
 
 from __future__ import annotations
 

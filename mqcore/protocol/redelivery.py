@@ -1,4 +1,4 @@
-"""Redelivery (docs/protocol.md sections 7 and 15.8): what mq-mover does to a ``delay/`` file whose deadline passed."""
+"""Redelivery (docs/protocol.md 6.4, 15.9, 16.4): what mq-mover does to a ``delay/`` file whose deadline passed."""
 
 from __future__ import annotations
 

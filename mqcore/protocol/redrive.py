@@ -1,4 +1,4 @@
-"""Redrive (docs/protocol.md section 15.9): move dead letters back, and the task's status and cancel files."""
+"""Redrive (docs/protocol.md 15.10): move dead letters back, and the task's status and cancel files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Send (docs/protocol.md section 5): write ``new/Q.ID``, fsync it, rename it into place, fsync the directory."""
+"""Send (docs/protocol.md 6.2, 15.3, 15.4): write ``new/Q.ID``, fsync it, rename it into place, fsync the directory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sweeps (docs/protocol.md sections 10, 11 and 15.6): counts, retention, and what dead writers left (mq-reaper).
+"""Sweeps (docs/protocol.md 6.7, 6.8, 15.11): counts, retention, and what dead writers left (mq-reaper).
 
 Every age is judged by the store's clock.
 """
