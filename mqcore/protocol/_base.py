@@ -49,7 +49,7 @@ class StoreBase:
 
         The copy shares the root, the id generator and the group commit of
         directory fsyncs; only its clock differs. Used where several steps must
-        agree on the time (a mover's batch, a test's fixed instant).
+        agree on the time (mq-reaper's sweep judged at a given time, a test's fixed instant).
         """
         stopped = copy.copy(self)
         stopped.clock = lambda: now
