@@ -66,7 +66,7 @@ from daemons._runtime import (
 from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import InFlightName, QueueName, parse_in_flight_name
-from mqcore.protocol import LeasePolicy, Store, now_ms
+from mqcore.protocol import LeasePolicy, Store
 from mqcore.watch import DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.mover")
@@ -228,11 +228,11 @@ class Mover(WatchedDirDaemon):
                 out.append((item, exc, None))
         return out
 
-    def _policy(self, queue: QueueName, now: int, cache: dict[QueueName, LeasePolicy | None]) -> LeasePolicy | None:
+    def _policy(self, queue: QueueName, cache: dict[QueueName, LeasePolicy | None]) -> LeasePolicy | None:
         """The policy of ``queue`` (None if the queue is gone), read once per batch."""
         if queue not in cache:
             try:
-                cache[queue] = self.store.policy(queue, now=now)
+                cache[queue] = self.store.policy(queue)
             except QueueNotFound:
                 cache[queue] = None
         return cache[queue]
@@ -249,7 +249,7 @@ class Mover(WatchedDirDaemon):
             ``"orphaned"`` (its queue is gone: moved to ``remove/``) or ``"gone"`` (the
             file had already left ``delay/``).
         """
-        policy = self._policy(item.queue, now, policies)
+        policy = self._policy(item.queue, policies)
         result = self.store.move_due(item, now, policy)
         if result == "dead_lettered":
             self._missing_dlq.discard(item.queue)
@@ -274,13 +274,13 @@ class Mover(WatchedDirDaemon):
 
         Args:
             stop: When set, return after the current batch.
-            now: The time to use, epoch ms (default: the wall clock, read per batch).
+            now: The time to use, epoch ms (default: the store's clock, read per batch).
         Returns:
             Number of files moved (redelivered, dead-lettered, or sent to ``remove/``).
         """
         moved = 0
         while stop is None or not stop.is_set():
-            batch_now = now if now is not None else now_ms()
+            batch_now = now if now is not None else self.store.clock()
             batch = self._take_due(batch_now, REDELIVER_BATCH)
             if not batch:
                 break
@@ -310,13 +310,13 @@ class Mover(WatchedDirDaemon):
             return until_rescan_seconds
         self._sleep_until_ms = deadline
         # +1 ms: wake at or after the deadline, never just before it.
-        return min(until_rescan_seconds, (deadline - now_ms() + 1) / 1000)
+        return min(until_rescan_seconds, (deadline - self.store.clock() + 1) / 1000)
 
     def log_start_up(self) -> None:
         logger.info(
             "start-up scan in_flight=%d due=%d inotify=%s rescan_interval_seconds=%s",
             len(self),
-            self.count_due(now_ms()),
+            self.count_due(self.store.clock()),
             "yes" if self.watching else "no",
             self.rescan_interval_seconds,
         )

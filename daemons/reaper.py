@@ -344,20 +344,21 @@ class Reaper(WatchedDirDaemon):
         logged and skipped. Logs the counts.
 
         Args:
-            now: The time to judge by, epoch ms (default: the wall clock at each step).
+            now: The time to judge by, epoch ms (default: the store's clock at each step).
             stop: When set, the sweep ends after the current step.
         Returns:
             What was moved or unlinked.
         """
         started = time.monotonic()
         stopped = stop.is_set if stop is not None else lambda: False
-        queues = await self._step("list_queues", self.store.list_queues)
+        store = self.store if now is None else self.store.at(now)
+        queues = await self._step("list_queues", store.list_queues)
         errors = int(queues is None)
         ready = swept = 0
         for queue in queues or ():
             if stopped():
                 break
-            moved = await self._step(f"expire_queue queue={queue}", self.store.expire_queue, queue, now)
+            moved = await self._step(f"expire_queue queue={queue}", store.expire_queue, queue)
             swept += 1
             if moved is None:
                 errors += 1
@@ -368,9 +369,9 @@ class Reaper(WatchedDirDaemon):
                 logger.info("expired ready messages queue=%s removed=%d", queue, moved)
         counts: list[int] = []
         for what, fn, args in (
-            ("expire_in_flight", self.store.expire_in_flight, (now,)),
-            ("sweep_attempts", self.store.sweep_attempts, (now,)),
-            ("sweep_staging", self.store.sweep_staging, (self.new_grace_ms, now)),
+            ("expire_in_flight", store.expire_in_flight, ()),
+            ("sweep_attempts", store.sweep_attempts, ()),
+            ("sweep_staging", store.sweep_staging, (self.new_grace_ms,)),
         ):
             n = 0 if stopped() else await self._step(what, fn, *args)
             if n is None:

@@ -95,13 +95,7 @@ class ReadyIndex:
 
     def pop_oldest(self) -> str | None:
         """Remove and return the oldest name, or None when empty. O(log n) amortised."""
-        heap, present = self._heap, self._present
-        while heap:
-            name = heapq.heappop(heap)
-            if name in present:
-                self._forget(name)
-                return name
-        return None
+        return self._pop_present(self._heap)
 
     def pop_oldest_in(self, partition: int, partitions: int) -> str | None:
         """Remove and return the oldest name whose message is in ``partition`` of ``partitions``, or None.
@@ -120,9 +114,13 @@ class ReadyIndex:
         self._views[key] = view  # most recently used last
         while len(self._views) > MAX_PARTITION_VIEWS:
             del self._views[next(iter(self._views))]
-        while view:
-            name = heapq.heappop(view)
-            if name in present:
+        return self._pop_present(view)
+
+    def _pop_present(self, heap: list[str]) -> str | None:
+        """Pop ``heap`` down to its first name still present, forget that name and return it (None if none is)."""
+        while heap:
+            name = heapq.heappop(heap)
+            if name in self._present:
                 self._forget(name)
                 return name
         return None

@@ -86,12 +86,17 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     return header, body
 
 
+def _string_map(header: dict[str, Any], key: str) -> dict[str, str]:
+    """The ``str -> str`` entries of ``header[key]`` ({} if absent or not an object)."""
+    value = header.get(key)
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def header_attributes(header: dict[str, Any]) -> dict[str, str]:
     """User attributes from a decoded header ({} if absent or malformed)."""
-    attrs = header.get("attributes")
-    if not isinstance(attrs, dict):
-        return {}
-    return {k: v for k, v in attrs.items() if isinstance(k, str) and isinstance(v, str)}
+    return _string_map(header, "attributes")
 
 
 def header_attribute_types(header: dict[str, Any]) -> dict[str, str]:
@@ -99,10 +104,18 @@ def header_attribute_types(header: dict[str, Any]) -> dict[str, str]:
 
     Files written before typed attributes existed have none: every attribute is a ``String``.
     """
-    types = header.get("attribute_types")
-    if not isinstance(types, dict):
-        return {}
-    return {k: v for k, v in types.items() if isinstance(k, str) and isinstance(v, str)}
+    return _string_map(header, "attribute_types")
+
+
+def header_content_type(header: dict[str, Any]) -> str:
+    """The Content-Type from a decoded header (:data:`DEFAULT_CONTENT_TYPE` if absent)."""
+    return str(header.get("content_type") or DEFAULT_CONTENT_TYPE)
+
+
+def header_source_queue(header: dict[str, Any]) -> str | None:
+    """The queue the message was first sent to (the header's ``queue``), or None if unknown."""
+    source = header.get("queue")
+    return source if isinstance(source, str) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -371,15 +371,25 @@ class ReceiptHandle:
         """
         lease = parse_receipt_handle(text)  # type: ignore[arg-type]  # refuses non-strings itself
         assert isinstance(text, str)
-        if queue is not None and lease.queue != queue:
+        return cls(text, lease).check(queue, message_id)
+
+    def check(self, queue: QueueName | None = None, message_id: str | None = None) -> ReceiptHandle:
+        """This handle, if it is of ``queue`` (and of ``message_id``, if given).
+
+        Raises:
+            InvalidReceiptHandle: Of another queue or message (HTTP 400; SQS ``ReceiptHandleIsInvalid``).
+        """
+        if queue is not None and self.lease.queue != queue:
             raise InvalidReceiptHandle(
-                f"receipt handle belongs to queue {lease.queue!r}, not {queue!r}", receipt_handle=cap(text, 200)
+                f"receipt handle belongs to queue {self.lease.queue!r}, not {queue!r}",
+                receipt_handle=cap(self.text, 200),
             )
-        if message_id is not None and lease.message_id != message_id:
+        if message_id is not None and self.lease.message_id != message_id:
             raise InvalidReceiptHandle(
-                f"receipt handle is of message {lease.message_id}, not {message_id}", receipt_handle=cap(text, 200)
+                f"receipt handle is of message {self.lease.message_id}, not {message_id}",
+                receipt_handle=cap(self.text, 200),
             )
-        return cls(text, lease)
+        return self
 
     @property
     def queue(self) -> QueueName:

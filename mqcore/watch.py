@@ -20,8 +20,8 @@ try:  # pragma: no cover - import guard
     from inotify_simple import INotify
     from inotify_simple import flags as _flags
 except ImportError:  # pragma: no cover
-    INotify = None  # type: ignore[assignment,misc]
-    _flags = None  # type: ignore[assignment]
+    INotify = None
+    _flags = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class DirWatcher:
 
     def fileno(self) -> int:
         """The inotify descriptor: readable when events are waiting."""
-        return self._ino.fileno()
+        return int(self._ino.fileno())
 
     def watch(self, path: str, tag: str) -> bool:
         """Watch ``path`` under ``tag``; False if the kernel refused (missing dir, no watches left)."""

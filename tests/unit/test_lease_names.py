@@ -124,7 +124,7 @@ def _consumer(root: str, conn, barrier) -> None:  # runs in a forked child: a St
         op, filename = command
         if op == "race":
             barrier.wait(10)
-        got = store.lease(Q, filename, VT_MS, now=FROZEN_MS)
+        got = store.at(FROZEN_MS).lease(Q, filename, VT_MS)
         conn.send(got.receipt_handle if got is not None else None)
     conn.close()
 
@@ -191,10 +191,10 @@ def test_a_lease_made_again_in_the_same_millisecond_by_another_process_has_anoth
         with pytest.raises(StaleReceiptHandle):
             store.delete_by_handle(Q, old)
         with pytest.raises(StaleReceiptHandle):
-            store.change_visibility(Q, old, 60_000, now=FROZEN_MS)
+            store.at(FROZEN_MS).change_visibility(Q, old, 60_000)
         with pytest.raises(StaleReceiptHandle):
-            store.change_visibility(Q, old, 0, now=FROZEN_MS)
-        assert store.relet(Q, old, VT_MS, now=FROZEN_MS) is None
+            store.at(FROZEN_MS).change_visibility(Q, old, 0)
+        assert store.at(FROZEN_MS).relet(Q, old, VT_MS) is None
         assert store.find_lease(Q, old) is None
         assert new in delay(store), "the newer lease is untouched"
         assert store.delete_by_handle(Q, new) == "in_flight"
@@ -208,19 +208,19 @@ def test_a_handle_never_acts_on_a_later_lease_with_the_same_deadline(tmp_path: P
     store = Store(tmp_path / "root", fsync=False)
     store.create_queue(Q)
     mid = store.send(Q, b"x")
-    old = store.lease(Q, ready_name(mid, 0), VT_MS, now=FROZEN_MS).receipt_handle
+    old = store.at(FROZEN_MS).lease(Q, ready_name(mid, 0), VT_MS).receipt_handle
     undo_lease(store, old)
-    new = store.lease(Q, ready_name(mid, 0), VT_MS, now=FROZEN_MS).receipt_handle
+    new = store.at(FROZEN_MS).lease(Q, ready_name(mid, 0), VT_MS).receipt_handle
     assert new != old
     # The old handle, even passing the new lease's name as its hint (a confused cache), is stale.
     with pytest.raises(StaleReceiptHandle):
         store.delete_by_handle(Q, old, hint=new)
     with pytest.raises(StaleReceiptHandle):
-        store.change_visibility(Q, old, 5_000, now=FROZEN_MS, hint=new)
+        store.at(FROZEN_MS).change_visibility(Q, old, 5_000, hint=new)
     assert store.find_leases(Q, [old], {old: new}) == {}
     assert delay(store) == [new]
     # The new handle keeps naming its lease through changes of visibility (same key, new deadline).
-    moved = store.change_visibility(Q, new, 5_000, now=FROZEN_MS)
+    moved = store.at(FROZEN_MS).change_visibility(Q, new, 5_000)
     assert lease_key_of(moved) == lease_key_of(new) and moved != new
     assert store.find_lease(Q, new) == moved
     assert store.delete_by_handle(Q, new) == "in_flight"
@@ -235,8 +235,8 @@ def test_change_of_visibility_keeps_the_token_and_delayed_sends_get_one(tmp_path
     item = parse_in_flight_name(name)
     assert (item.message_id, item.receive_count) == (delayed, 0) and TOKEN_RE.fullmatch(item.token)
     mid = store.send(Q, b"now")
-    handle = store.lease(Q, ready_name(mid, 0), VT_MS, now=FROZEN_MS).receipt_handle
-    again = store.change_visibility(Q, handle, 1_000, now=FROZEN_MS + 5)
+    handle = store.at(FROZEN_MS).lease(Q, ready_name(mid, 0), VT_MS).receipt_handle
+    again = store.at(FROZEN_MS + 5).change_visibility(Q, handle, 1_000)
     assert parse_in_flight_name(again) == InFlightName(FROZEN_MS + 1_005, Q, mid, 1, parse_in_flight_name(handle).token)
 
 
@@ -269,18 +269,18 @@ def test_v1_files_are_counted_peeked_and_moved_when_due(tmp_path: Path) -> None:
     assert sorted((i.message_id, i.receive_count, i.token) for i in store.scan_in_flight()) == sorted(
         [(leased, 1, ""), (waiting, 1, ""), (delayed, 0, "")]
     )
-    page, _ = store.peek(Q, now=FROZEN_MS)
+    page, _ = store.at(FROZEN_MS).peek(Q)
     assert {(p.message_id, p.state, p.receive_count) for p in page} == {
         (leased, "in_flight", 1),
         (waiting, "in_flight", 1),
         (delayed, "delayed", 0),
     }
-    policy = store.policy(Q, FROZEN_MS)
+    policy = store.policy(Q)
     for item in store.scan_in_flight():
         if item.deadline_ms <= FROZEN_MS:
             assert store.move_due(item, FROZEN_MS, policy) == "redelivered"
     assert sorted(store.scan_ready(Q)) == sorted([ready_name(leased, 1), ready_name(delayed, 0)])
-    got = store.lease(Q, ready_name(leased, 1), VT_MS, now=FROZEN_MS)
+    got = store.at(FROZEN_MS).lease(Q, ready_name(leased, 1), VT_MS)
     assert got.receive_count == 2 and TOKEN_RE.fullmatch(parse_in_flight_name(got.receipt_handle).token)
     with pytest.raises(StaleReceiptHandle):  # the v1 handle of the redelivered lease
         store.delete_by_handle(Q, due)
@@ -295,13 +295,13 @@ def test_v1_handles_delete_change_and_relet_exactly_their_lease(tmp_path: Path) 
     assert store.delete_by_handle(Q, handle_a) == "in_flight"
     # A change of visibility of a v1 lease keeps its v1 key; the old handle goes on working.
     handle_b = v1_lease(store, b, FROZEN_MS + VT_MS)
-    moved = store.change_visibility(Q, handle_b, 1_000, now=FROZEN_MS)
+    moved = store.at(FROZEN_MS).change_visibility(Q, handle_b, 1_000)
     assert moved == f"{FROZEN_MS + 1_000:013d}.{Q}.{b}.1" and delay(store) == [moved]
     assert store.find_lease(Q, handle_b) == moved
     assert store.delete_by_handle(Q, handle_b) == "in_flight"
     # A retried receive attempt recorded by v1 re-lets its message under a v2 name.
     handle_c = v1_lease(store, c, FROZEN_MS + VT_MS)
-    again = store.relet(Q, handle_c, VT_MS, now=FROZEN_MS)
+    again = store.at(FROZEN_MS).relet(Q, handle_c, VT_MS)
     assert again is not None and again.receive_count == 2 and not parse_in_flight_name(again.receipt_handle).is_legacy
     with pytest.raises(StaleReceiptHandle):
         store.delete_by_handle(Q, handle_c)

@@ -111,7 +111,7 @@ async def running(
 def lease_with_deadline(store: Store, deadline_ms: int, body: bytes = b"x") -> ReceivedMessage:
     """Send a message to ``jobs`` and receive it so that its in-flight deadline is ``deadline_ms``."""
     message_id = store.send(Q, body)
-    received = store.lease(Q, f"{message_id}.0", visibility_timeout_ms=0, now=deadline_ms)
+    received = store.at(deadline_ms).lease(Q, f"{message_id}.0", visibility_timeout_ms=0)
     assert received is not None and received.deadline_ms == deadline_ms
     return received
 
@@ -326,12 +326,12 @@ async def test_mover_dead_letters_with_body_content_type_and_attributes_intact(r
     message_id = store.send(Q, b"\x00poison\xff", content_type="application/x-poison", attributes=attributes)
     t = now_ms()
     async with bare_mover(store) as m:
-        first = store.lease(Q, f"{message_id}.0", 1_000, now=t)
+        first = store.at(t).lease(Q, f"{message_id}.0", 1_000)
         assert first is not None and first.receive_count == 1
         assert await move_due(m, t + 1_000) == 1
         assert ready_files(root, Q) == [f"{message_id}.1"], "received once (< max 2): redelivered to its queue"
 
-        second = store.lease(Q, f"{message_id}.1", 1_000, now=t + 2_000)
+        second = store.at(t + 2_000).lease(Q, f"{message_id}.1", 1_000)
         assert second is not None and second.receive_count == 2
         assert await move_due(m, t + 2_999) == 0, "moved before its deadline"
         assert await move_due(m, t + 3_000) == 1
@@ -362,14 +362,14 @@ async def test_mover_redelivers_when_the_dead_letter_queue_is_missing_and_warns_
     ids = [store.send(Q, f"m{i}".encode()) for i in range(3)]
     async with bare_mover(store) as m:
         for message_id in ids[:2]:
-            assert store.lease(Q, f"{message_id}.0", 0, now=t) is not None
+            assert store.at(t).lease(Q, f"{message_id}.0", 0) is not None
         assert await move_due(m, t) == 2
         assert ready_files(root, Q) == sorted([f"{ids[0]}.1", f"{ids[1]}.1", f"{ids[2]}.0"]), "nothing lost"
-        assert store.lease(Q, f"{ids[2]}.0", 0, now=t) is not None
+        assert store.at(t).lease(Q, f"{ids[2]}.0", 0) is not None
         assert await move_due(m, t + 1) == 1  # a later batch: the warning is not repeated
 
         store.create_queue(DLQ)  # the dead-letter queue is back: the next batch uses it
-        assert store.lease(Q, f"{ids[0]}.1", 0, now=t + 2) is not None
+        assert store.at(t + 2).lease(Q, f"{ids[0]}.1", 0) is not None
         assert await move_due(m, t + 2) == 1
     assert ready_files(root, DLQ) == [f"{ids[0]}.2"]
     warnings = [m for m in messages(logs) if "dead-letter queue missing queue=jobs dead_letter_queue=dead" in m]
@@ -380,12 +380,12 @@ async def test_mover_sends_purged_messages_to_remove(root: Path, store: Store, l
     t = now_ms()
     leased = store.send(Q, b"received before the purge")
     delayed = store.send(Q, b"delayed, sent before the purge", delay_ms=1_000)
-    assert store.lease(Q, f"{leased}.0", 500, now=t) is not None
+    assert store.at(t).lease(Q, f"{leased}.0", 500) is not None
     # A purger that died after writing its marker, before moving these files (or a
     # purger on another host whose listing of delay/ missed them).
     Path(store.layout.purge_path(Q)).write_text(json.dumps({"purged_before_id": delayed, "purged_ms": t}))
     later = store.send(Q, b"sent after the purge")
-    assert store.lease(Q, f"{later}.0", 500, now=t) is not None
+    assert store.at(t).lease(Q, f"{later}.0", 500) is not None
 
     async with bare_mover(store) as m:
         assert await move_due(m, t + 2_000) == 3
@@ -405,7 +405,7 @@ async def test_mover_sends_messages_past_retention_to_remove(root: Path, store: 
     fresh = store.send(Q, b"sent now")
     t = now_ms()
     for message_id in (stale, fresh):
-        assert store.lease(Q, f"{message_id}.0", 0, now=t) is not None
+        assert store.at(t).lease(Q, f"{message_id}.0", 0) is not None
 
     async with bare_mover(store) as m:
         assert await move_due(m, t + 1) == 3
@@ -416,7 +416,7 @@ async def test_mover_sends_messages_past_retention_to_remove(root: Path, store: 
         assert any(f"expired queue=jobs id={stale_delayed} receive_count=0" in m for m in log)
 
         # The same message, judged 60 s after its send: expired.
-        lease = store.lease(Q, f"{fresh}.1", 0, now=t)
+        lease = store.at(t).lease(Q, f"{fresh}.1", 0)
         assert lease is not None
         assert await move_due(m, lease.sent_ms + 60_000) == 1
     assert f"jobs.{fresh}" in removed(root)
@@ -556,18 +556,18 @@ async def test_reaper_removes_purged_messages(root: Path, store: Store) -> None:
 
 async def test_reaper_sweeps_attempt_records_older_than_5_minutes(root: Path, store: Store) -> None:
     t = now_ms()
-    store.save_attempt(Q, "old-attempt", ["1.jobs.x.1"], now=t - 301_000)
+    store.at(t - 301_000).save_attempt(Q, "old-attempt", ["1.jobs.x.1"])
     for name in os.listdir(root / "attempts"):  # also old by mtime, whichever the store goes by
         os.utime(root / "attempts" / name, ((t - 301_000) / 1000, (t - 301_000) / 1000))
-    store.save_attempt(Q, "new-attempt", ["2.jobs.y.1"], now=t)
+    store.at(t).save_attempt(Q, "new-attempt", ["2.jobs.y.1"])
     assert len(os.listdir(root / "attempts")) == 2
 
     async with bare_reaper(store) as r:
         sweep = await r.expire(now=t)
     assert sweep.attempts == 1
     assert len(os.listdir(root / "attempts")) == 1
-    assert store.load_attempt(Q, "new-attempt", now=t) == ["2.jobs.y.1"]
-    assert store.load_attempt(Q, "old-attempt", now=t) is None
+    assert store.at(t).load_attempt(Q, "new-attempt") == ["2.jobs.y.1"]
+    assert store.at(t).load_attempt(Q, "old-attempt") is None
 
 
 async def test_reaper_sweeps_abandoned_queue_creations_after_the_grace(root: Path, store: Store) -> None:

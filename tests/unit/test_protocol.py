@@ -268,7 +268,7 @@ def test_send_with_fsync_off_behaves_the_same(tmp_path: Path) -> None:
 
 def test_lease_renames_into_delay_with_the_deadline(store: Store) -> None:
     mid = store.send(Q, b"\x00\x01binary\xff", "application/x-thing")
-    got = store.lease(Q, ready_name(mid, 0), VT_MS, now=T0)
+    got = store.at(T0).lease(Q, ready_name(mid, 0), VT_MS)
     assert isinstance(got, ReceivedMessage)
     # Protocol v2: DL.Q.ID.RC.LT, the lease token LT unique to this receive (17-32 hex digits).
     prefix = f"{T0 + VT_MS:013d}.{Q}.{mid}.1."
@@ -372,7 +372,7 @@ def test_scan_ready_ignores_foreign_names_and_raises_for_a_missing_queue(store: 
 
 def test_redeliver_puts_it_back_with_the_receive_count(store: Store) -> None:
     mid = store.send(Q, b"again")
-    first = store.lease(Q, ready_name(mid, 0), VT_MS, now=T0)
+    first = store.at(T0).lease(Q, ready_name(mid, 0), VT_MS)
     [item] = store.scan_in_flight()
     assert item.filename == first.in_flight_name
     assert (item.deadline_ms, item.queue, item.message_id, item.receive_count) == (T0 + VT_MS, Q, mid, 1)
@@ -381,7 +381,7 @@ def test_redeliver_puts_it_back_with_the_receive_count(store: Store) -> None:
     assert store.redeliver(item) == "redelivered"
     assert ls(store, f"queues/{Q}") == [ready_name(mid, 1)]
     assert ls(store, "delay") == []
-    second = store.lease(Q, ready_name(mid, 1), VT_MS, now=T0 + 1)
+    second = store.at(T0 + 1).lease(Q, ready_name(mid, 1), VT_MS)
     assert second.receive_count == 2
     assert second.body == b"again"
     token = parse_in_flight_name(second.in_flight_name).token  # protocol v2: the receive's own lease token
@@ -414,7 +414,7 @@ def test_redeliver_into_a_deleted_queue_is_orphaned(store: Store) -> None:
 
 def test_scan_in_flight_ignores_foreign_names(store: Store) -> None:
     mid = store.send(Q, b"x")
-    got = store.lease(Q, ready_name(mid, 0), VT_MS, now=T0)
+    got = store.at(T0).lease(Q, ready_name(mid, 0), VT_MS)
     delay = Path(store.layout.delay)
     for foreign in (
         "foreign",
@@ -530,7 +530,7 @@ def test_delete_queue_moves_the_directory_and_its_in_flight_files(store: Store) 
     newer_name = in_flight_name(deleted_at + VT_MS, Q, newer, 1)
     Path(store.layout.delay_path(newer_name)).write_bytes(model.encode(b"new incarnation"))
 
-    store.delete_queue(Q, now=deleted_at)
+    store.at(deleted_at).delete_queue(Q)
 
     assert not store.queue_exists(Q)
     assert store.list_queues() == [other]
@@ -614,7 +614,7 @@ def test_sweep_new_removes_old_files_and_keeps_fresh_ones(store: Store) -> None:
     assert ls(store, "new") == sorted([os.path.basename(fresh.path), fresh_foreign])
     assert store.sweep_new(older_than_ms=300_000) == []
     # With "now" past the grace period, the fresh files are old too.
-    later = store.sweep_new(older_than_ms=300_000, now=now_ms() + 301_000)
+    later = store.at(now_ms() + 301_000).sweep_new(older_than_ms=300_000)
     assert sorted(later) == sorted([os.path.basename(fresh.path), fresh_foreign])
     assert ls(store, "new") == []
     # The writer of a swept file gets no 201: its publish fails.

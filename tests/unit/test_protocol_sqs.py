@@ -54,7 +54,7 @@ def receive(store: Store, queue: QueueName = Q, vt_ms: int = VT_MS, now: int | N
     names = messages(store, f"queues/{queue}")
     if not names:
         return None
-    return store.lease(queue, names[0], vt_ms, now=now, **kw)
+    return (store if now is None else store.at(now)).lease(queue, names[0], vt_ms, **kw)
 
 
 # -- attribute rules ------------------------------------------------------------
@@ -120,7 +120,7 @@ def test_message_attribute_rules_follow_sqs() -> None:
 
 
 def test_create_queue_stores_its_attributes_atomically(store: Store) -> None:
-    assert store.create_queue(QueueName("jobs"), {"visibility_timeout_seconds": 5, "capacity": 10}, now=1234)
+    assert store.at(1234).create_queue(QueueName("jobs"), {"visibility_timeout_seconds": 5, "capacity": 10})
     assert store.get_attributes(QueueName("jobs")) == {"visibility_timeout_seconds": 5, "capacity": 10}
     assert store.queue_created_ms(QueueName("jobs")) == 1234
     assert not [n for n in os.listdir(store.layout.queues) if n.startswith(".")], "no staging directory left"
@@ -220,12 +220,12 @@ def test_a_stale_handle_never_touches_the_newer_lease(store: Store) -> None:
 def test_change_visibility_extends_and_the_old_handle_keeps_working(store: Store) -> None:
     store.send(Q, b"x")
     got = receive(store, now=1_000_000)
-    current = store.change_visibility(Q, got.receipt_handle, 90_000, now=2_000_000)
+    current = store.at(2_000_000).change_visibility(Q, got.receipt_handle, 90_000)
     assert current != got.receipt_handle
     assert parse_in_flight_name(current).deadline_ms == 2_090_000
     assert messages(store, "delay") == [current]
     assert store.find_lease(Q, got.receipt_handle) == current  # found by queue, id and receive count
-    again = store.change_visibility(Q, got.receipt_handle, 10_000, now=2_000_000)
+    again = store.at(2_000_000).change_visibility(Q, got.receipt_handle, 10_000)
     assert parse_in_flight_name(again).deadline_ms == 2_010_000
     assert store.delete_by_handle(Q, got.receipt_handle) == "in_flight"
 
@@ -267,14 +267,14 @@ def test_relet_gives_the_same_message_with_a_fresh_handle(store: Store) -> None:
 
 
 def test_attempt_records_last_five_minutes(store: Store) -> None:
-    store.save_attempt(Q, "try-1", ["h1", "h2"], now=10_000)
-    assert store.load_attempt(Q, "try-1", now=10_000 + ATTEMPT_WINDOW_MS - 1) == ["h1", "h2"]
-    assert store.load_attempt(Q, "try-1", now=10_000 + ATTEMPT_WINDOW_MS) is None
-    assert store.load_attempt(Q, "try-2", now=10_000) is None
-    assert store.load_attempt(DLQ, "try-1", now=10_000) is None
-    store.save_attempt(Q, "try-1", ["h3"], now=20_000, created_ms=10_000)  # a retry keeps the window
+    store.at(10_000).save_attempt(Q, "try-1", ["h1", "h2"])
+    assert store.at(10_000 + ATTEMPT_WINDOW_MS - 1).load_attempt(Q, "try-1") == ["h1", "h2"]
+    assert store.at(10_000 + ATTEMPT_WINDOW_MS).load_attempt(Q, "try-1") is None
+    assert store.at(10_000).load_attempt(Q, "try-2") is None
+    assert store.at(10_000).load_attempt(DLQ, "try-1") is None
+    store.at(20_000).save_attempt(Q, "try-1", ["h3"], created_ms=10_000)  # a retry keeps the window
     assert store.attempt_created_ms(Q, "try-1") == 10_000
-    assert store.sweep_attempts(now=now_ms() + ATTEMPT_WINDOW_MS + 1) == 1
+    assert store.at(now_ms() + ATTEMPT_WINDOW_MS + 1).sweep_attempts() == 1
     assert os.listdir(store.layout.attempts) == []
 
 
@@ -357,21 +357,21 @@ def test_retention_expiry_of_ready_and_in_flight_messages(store: Store) -> None:
     store.send(Q, b"b")
     receive(store)
     later = now_ms() + 60_001
-    assert receive(store, now=later, policy=store.policy(Q, later)) is None
-    assert store.expire_queue(Q, now=later) == 0  # the receive above already removed it
-    assert store.expire_in_flight(now=later) == 1
+    assert receive(store, now=later, policy=store.policy(Q)) is None
+    assert store.at(later).expire_queue(Q) == 0  # the receive above already removed it
+    assert store.at(later).expire_in_flight() == 1
     assert messages(store, "delay") == [] and messages(store, f"queues/{Q}") == []
     assert f"{Q}.{first}" in messages(store, "remove")
     kept = store.send(Q, b"c")
-    assert store.expire_queue(Q, now=sent_ms_of(kept) + 59_000) == 0
-    assert store.expire_queue(Q, now=sent_ms_of(kept) + 60_000) == 1
+    assert store.at(sent_ms_of(kept) + 59_000).expire_queue(Q) == 0
+    assert store.at(sent_ms_of(kept) + 60_000).expire_queue(Q) == 1
 
 
 def test_sweep_staging_removes_directories_of_creators_that_died(store: Store) -> None:
     staging = os.path.join(store.layout.queues, ".jobs.0123.creating")
     os.mkdir(staging)
     assert store.sweep_staging(300_000) == 0
-    assert store.sweep_staging(300_000, now=now_ms() + 300_001) == 1
+    assert store.at(now_ms() + 300_001).sweep_staging(300_000) == 1
     assert not os.path.exists(staging)
     assert store.list_queues() == ["orders", "orders-dead"]
 
@@ -422,7 +422,7 @@ def test_create_compares_given_attributes_with_effective_values(store: Store) ->
 def test_a_redrive_cancel_request_is_a_file_of_its_own(store: Store) -> None:
     assert store.redrive_cancel_request(DLQ) is None
     store.write_redrive_status(DLQ, {"task_id": "t1", "state": "running"})
-    store.request_redrive_cancel(DLQ, "t1", now=5)
+    store.at(5).request_redrive_cancel(DLQ, "t1")
     store.write_redrive_status(DLQ, {"task_id": "t1", "state": "running", "moved": 3})  # the task's next write
     assert store.redrive_cancel_request(DLQ) == {"task_id": "t1", "requested_ms": 5}
     assert store.read_redrive_status(DLQ) == {"task_id": "t1", "state": "running", "moved": 3}
@@ -471,8 +471,8 @@ def test_relet_takes_the_ready_file_when_the_lease_expired(store: Store) -> None
 
 
 def test_attempt_record_is_read_in_one_go(store: Store) -> None:
-    store.save_attempt(Q, "a", ["h"], now=1_000)
-    assert store.load_attempt_record(Q, "a", now=2_000) == (["h"], 1_000)
+    store.at(1_000).save_attempt(Q, "a", ["h"])
+    assert store.at(2_000).load_attempt_record(Q, "a") == (["h"], 1_000)
 
 
 def test_find_leases_finds_moved_leases_with_one_listing(store: Store) -> None:
@@ -548,22 +548,22 @@ def test_move_due_redelivers_dead_letters_and_keeps_without_a_dead_letter_queue(
     m = receive(store, vt_ms=0, now=now)
     assert m is not None
     item = parse_in_flight_name(m.in_flight_name)
-    assert store.move_due(item, now, store.policy(Q, now)) == "redelivered"
+    assert store.move_due(item, now, store.policy(Q)) == "redelivered"
     assert messages(store, f"queues/{Q}") == [ready_name(first, 1)]
     m = receive(store, vt_ms=0, now=now)
     item = parse_in_flight_name(m.in_flight_name)
-    assert store.move_due(item, now, store.policy(Q, now)) == "dead_lettered"
+    assert store.move_due(item, now, store.policy(Q)) == "dead_lettered"
     assert messages(store, f"queues/{DLQ}") == [ready_name(first, 2)]
-    assert store.move_due(item, now, store.policy(Q, now)) == "gone"
+    assert store.move_due(item, now, store.policy(Q)) == "gone"
 
     second = store.send(Q, b"b")
     for _ in range(2):
         m = receive(store, vt_ms=0, now=now)
         item = parse_in_flight_name(m.in_flight_name)
-        policy = store.policy(Q, now)
+        policy = store.policy(Q)
         if m.receive_count == 2:
             store.delete_queue(DLQ)
-            policy = store.policy(Q, now)  # still names the deleted dead-letter queue
+            policy = store.policy(Q)  # still names the deleted dead-letter queue
             assert store.move_due(item, now, policy) == "kept"
         else:
             assert store.move_due(item, now, policy) == "redelivered"

@@ -1,0 +1,342 @@
+"""The file steps every transition repeats, and how their failures become :class:`StorageUnavailable`.
+
+One place for: a durable create (O_EXCL, write, fsync), an atomic replace of
+a small JSON file, a rename that may lose a race (ENOENT = somebody else got
+there first), a group-committed directory fsync, and the mapping of an
+``OSError`` to the storage error that names the step that failed (answered
+503 by the daemon). The transitions in the other modules of this package
+are written in terms of these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from mqcore.errors import QueueNotFound, StorageUnavailable
+
+logger = logging.getLogger(__name__)
+
+#: errno values that mean "the disk cannot take this write now" (answered 503).
+STORAGE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EFBIG, errno.EMFILE, errno.ENFILE}
+)
+
+
+class StorageHooks:
+    """Observers of storage work that a daemon may set (metrics); every hook is None (no cost) by default.
+
+    Hooks are called on whatever thread did the work (saver, fetcher or worker
+    threads), so they must be thread-safe and cheap. Module-level because an
+    fsync and a storage error are per process, whichever :class:`Store` did them.
+
+    Attributes:
+        on_fsync: ``(kind, seconds, batch)`` after each fsync: kind ``"file"`` (a message file;
+            batch 1) or ``"directory"`` (a group-commit round; batch = callers it covered).
+        on_error: ``(step)`` for each storage error raised (e.g. ``"fsync"``, ``"rename"``).
+    """
+
+    on_fsync: Callable[[str, float, int], None] | None = None
+    on_error: Callable[[str], None] | None = None
+
+
+#: The process's storage hooks (set by ``daemons._metrics``).
+STORAGE_HOOKS = StorageHooks()
+
+
+def storage_error(step: str, exc: OSError) -> StorageUnavailable:
+    """The :class:`StorageUnavailable` for ``exc`` raised by ``step`` (e.g. ``"fsync of remove/"``); hook counts it.
+
+    Args:
+        step: What failed, in words; it ends up in the error message (and the HTTP body).
+        exc: The OS error; its errno name goes into ``details["errno"]``.
+    """
+    if STORAGE_HOOKS.on_error is not None:
+        STORAGE_HOOKS.on_error(step)
+    return StorageUnavailable(
+        f"message could not be stored: {step} failed: {exc.strerror or exc}",
+        errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+    )
+
+
+class DirSyncer:
+    """Group commit for directory fsyncs.
+
+    :meth:`sync` returns once an ``fsync`` of the directory that *started after
+    the call* has completed, so every rename the caller made before calling is
+    durable. Concurrent callers share one fsync: the first becomes the leader,
+    the others wait for it (or for the next one, if theirs came too late).
+    Rounds of one directory run one at a time, numbered 1, 2, ...; a caller
+    arriving while round N-1 runs (or after it) is covered by round N, and
+    round N's outcome is the caller's.
+
+    The leader opens the directory by path for each fsync: a cached descriptor
+    would keep syncing a directory that another process deleted and re-created
+    under the same name. An fsync error is given to every caller its round
+    covered, and never retried on their behalf (after a failed fsync the
+    writes may be gone even if a later fsync succeeds: "fsyncgate").
+    Thread-safe.
+    """
+
+    #: Failed rounds remembered per directory (older waiters are long gone).
+    _KEEP_FAILURES = 1024
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._started: dict[str, int] = {}
+        self._finished: dict[str, int] = {}
+        self._failures: dict[str, dict[int, tuple[int, str]]] = {}
+        self._callers: dict[tuple[str, int], int] = {}
+        """Callers per (directory, round): the group-commit batch size reported to STORAGE_HOOKS."""
+
+    def sync(self, path: str) -> None:
+        """Make every rename into ``path`` done before this call durable.
+
+        Raises:
+            OSError: Opening or fsyncing the directory failed in this caller's round.
+        """
+        with self._cond:
+            need = self._finished.get(path, 0) + 1
+            if self._started.get(path, 0) >= need:
+                need += 1  # round ``need`` is running and may have missed our renames
+            self._callers[(path, need)] = self._callers.get((path, need), 0) + 1
+            while self._finished.get(path, 0) < need:
+                if self._started.get(path, 0) == self._finished.get(path, 0):
+                    break  # nobody is syncing: lead the next round
+                self._cond.wait()
+            else:
+                failure = self._failures.get(path, {}).get(need)
+                if failure is not None:
+                    raise OSError(failure[0], failure[1], path)
+                return
+            ticket = self._started[path] = self._finished.get(path, 0) + 1
+        error: OSError | None = None
+        try:
+            started = time.perf_counter()
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            error = exc
+        with self._cond:
+            self._finished[path] = ticket
+            batch = self._callers.pop((path, ticket), 1)
+            if error is not None:
+                failures = self._failures.setdefault(path, {})
+                failures[ticket] = (error.errno or errno.EIO, error.strerror or str(error))
+                for old in [t for t in failures if t <= ticket - self._KEEP_FAILURES]:
+                    del failures[old]
+            self._cond.notify_all()
+        if error is None and STORAGE_HOOKS.on_fsync is not None:
+            STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, batch)
+        if error is not None:
+            raise error
+
+
+class Disk:
+    """How one :class:`~mqcore.protocol.Store` makes its writes durable.
+
+    Args:
+        fsync: Fsync files and directories before a write is acknowledged. Only
+            tests of throughput without a disk may turn it off.
+    """
+
+    def __init__(self, fsync: bool = True) -> None:
+        self.fsync = fsync
+        self.syncer = DirSyncer()
+
+    def sync_dir(self, path: str, step: str) -> None:
+        """Make every rename into directory ``path`` done before this call durable (group commit).
+
+        Args:
+            path: The directory.
+            step: What to call the step in the error, e.g. ``"fsync of remove/"``.
+        Raises:
+            StorageUnavailable: The fsync failed: the renames may or may not survive a power cut.
+        """
+        if not self.fsync:
+            return
+        try:
+            self.syncer.sync(path)
+        except OSError as exc:
+            raise storage_error(step, exc) from exc
+
+    def write_file(self, path: str, data: bytes, *, exists_ok_to_retry: bool = False) -> None:
+        """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise.
+
+        Raises:
+            FileExistsError: The create said EEXIST and ``exists_ok_to_retry`` (nothing was created).
+            StorageUnavailable: Any other failure (EEXIST too without ``exists_ok_to_retry``).
+        """
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            if exists_ok_to_retry:
+                raise
+            raise storage_error("create", FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))) from None
+        except OSError as exc:
+            raise storage_error("create", exc) from exc
+        step = "write"
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if self.fsync:
+                step = "fsync"
+                started = time.perf_counter()
+                os.fsync(fd)
+                if STORAGE_HOOKS.on_fsync is not None:
+                    STORAGE_HOOKS.on_fsync("file", time.perf_counter() - started, 1)
+        except OSError as exc:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise storage_error(step, exc) from exc
+        os.close(fd)
+
+    def replace_json(self, directory: str, name: str, obj: Any) -> None:
+        """Atomically replace ``directory/name`` with ``obj`` as JSON: write ``.NAME.TOKEN.tmp``, fsync, rename, fsync.
+
+        Raises:
+            QueueNotFound: ``directory`` is gone (its queue was deleted).
+            StorageUnavailable: Any step failed (the temporary file is removed).
+        """
+        tmp = temporary_path(directory, name)
+        try:
+            self.write_file(tmp, json_bytes(obj))
+        except StorageUnavailable:
+            if not os.path.isdir(directory):
+                raise QueueNotFound(f"{os.path.basename(directory)!r} does not exist") from None
+            raise
+        rename_or_unlink(tmp, os.path.join(directory, name), f"replacing {name}")
+        self.sync_dir(directory, f"replacing {name}")
+
+
+def temporary_path(directory: str, name: str) -> str:
+    """``directory/.NAME.TOKEN.tmp``: where a new version of ``directory/name`` is written before its rename."""
+    return os.path.join(directory, f".{name.lstrip('.')}.{uuid.uuid4().hex}.tmp")
+
+
+def write_json_unsynced(directory: str, name: str, obj: Any, step: str) -> None:
+    """Atomically replace ``directory/name`` with ``obj`` as JSON, without any fsync (a record a power cut may lose).
+
+    Raises:
+        StorageUnavailable: The write or the rename failed (the temporary file is removed).
+    """
+    tmp = temporary_path(directory, name)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(json_bytes(obj))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise storage_error(step, exc) from exc
+    rename_or_unlink(tmp, os.path.join(directory, name), step)
+
+
+def rename_or_unlink(src: str, dst: str, step: str) -> None:
+    """Rename ``src`` to ``dst``; if that fails, unlink ``src`` (a file of ours nobody else may see) and raise.
+
+    Raises:
+        StorageUnavailable: The rename failed, naming ``step``.
+    """
+    try:
+        os.rename(src, dst)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(src)
+        raise storage_error(step, exc) from exc
+
+
+def rename_if_present(src: str, dst: str, step: str) -> bool:
+    """Rename ``src`` to ``dst``; False if ``src`` is gone (another process took the transition first).
+
+    Raises:
+        StorageUnavailable: Any other failure, naming ``step``.
+    """
+    try:
+        os.rename(src, dst)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise storage_error(step, exc) from exc
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """A small JSON metadata file as a dict; None if it does not exist or is not a JSON object (logged)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as exc:
+        logger.error("unreadable metadata file path=%s error=%s", path, exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def listdir(path: str, *, missing_ok: bool = True) -> list[str]:
+    """The names in directory ``path``; ``[]`` if it does not exist and ``missing_ok``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist and not ``missing_ok``.
+    """
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
+
+
+def mtime_ms(path: str) -> int:
+    """Modification time of ``path`` in epoch ms (follows links).
+
+    Raises:
+        OSError: The ``stat`` failed (FileNotFoundError if ``path`` is gone).
+    """
+    return os.stat(path).st_mtime_ns // 1_000_000
+
+
+def unlink_if_older(path: str, cutoff_ms: int) -> bool:
+    """Unlink ``path`` if its mtime is at or before ``cutoff_ms`` (epoch ms); True if it did.
+
+    A file that is gone is not an error; any other failure is logged (the next sweep tries again).
+    """
+    try:
+        if mtime_ms(path) > cutoff_ms:
+            return False
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        logger.warning("cannot remove stale file path=%s error=%s", path, exc)
+        return False
+
+
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as compact JSON with sorted keys (the form of every metadata file)."""
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def read_all(fd: int) -> bytes:
+    """Everything from ``fd``'s position to its end."""
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)

@@ -1,0 +1,155 @@
+"""Sweeps (docs/protocol.md 6.7, 6.8, 15.11): counts, retention, and what dead writers left (mq-reaper).
+
+Every age is judged by the store's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from mqcore.names import STAGING_SUFFIX, QueueName, parse_in_flight_name, parse_ready_name, removed_name
+from mqcore.protocol._fs import listdir, mtime_ms, unlink_if_older
+from mqcore.protocol.policy import LeasePolicy
+from mqcore.protocol.queues import Queues
+
+logger = logging.getLogger(__name__)
+
+#: Age after which a temporary metadata file (``.NAME.TOKEN.tmp``) belongs to a writer that died, in ms.
+TMP_GRACE_MS = 300_000
+
+
+class Sweeps(Queues):
+    """Work over whole directories: counting ``delay/``, expiring messages, removing leftovers and ``remove/``."""
+
+    def count_delay(self, queue: QueueName | None = None) -> dict[QueueName, tuple[int, int]]:
+        """``{queue: (in_flight, delayed)}`` from one listing of ``delay/`` (only ``queue`` if given).
+
+        In flight = receive count >= 1; delayed = a delayed send not yet visible (receive count 0).
+        """
+        counts: dict[QueueName, list[int]] = {}
+        for name in listdir(self.layout.delay):
+            item = parse_in_flight_name(name)
+            if item is None or (queue is not None and item.queue != queue):
+                continue
+            pair = counts.setdefault(item.queue, [0, 0])
+            pair[0 if item.receive_count else 1] += 1
+        return {q: (a, b) for q, (a, b) in counts.items()}
+
+    def expire_queue(self, queue: QueueName) -> int:
+        """Move ready messages of ``queue`` that were purged or outlived its retention period to ``remove/``.
+
+        Also unlinks temporary metadata files (``.NAME.TOKEN.tmp``) older than
+        the attempt window, left by a writer that died. Used by mq-reaper.
+
+        Returns:
+            Number of messages moved.
+        """
+        now = self.clock()
+        policy = self.policy(queue)
+        qdir = self.layout.queue_dir(queue)
+        moved = 0
+        for name in listdir(qdir):
+            parsed = parse_ready_name(name)
+            if parsed is not None:
+                if policy.is_gone(parsed[0], now):
+                    moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
+            elif name.startswith(".") and name.endswith(".tmp"):
+                unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
+        return moved
+
+    def expire_in_flight(self) -> int:
+        """Move files in ``delay/`` whose message was purged or outlived its queue's retention to ``remove/``.
+
+        Files of queues that no longer exist are left to mq-mover (it moves
+        them to ``remove/`` when they come due). Used by mq-reaper.
+
+        Returns:
+            Number of messages moved.
+        """
+        now = self.clock()
+        policies: dict[QueueName, LeasePolicy] = {}
+        moved = 0
+        for name in listdir(self.layout.delay):
+            item = parse_in_flight_name(name)
+            if item is None:
+                continue
+            policy = policies.get(item.queue)
+            if policy is None:
+                policy = policies[item.queue] = self.policy(item.queue)
+            if policy.is_gone(item.message_id, now):
+                moved += self._move_to_remove(self.layout.delay_path(name), removed_name(item.queue, item.message_id))
+        return moved
+
+    def sweep_staging(self, older_than_ms: int) -> int:
+        """Remove staging directories ``queues/.Q.TOKEN.creating`` older than ``older_than_ms`` (a creator died)."""
+        removed = 0
+        staging = [n for n in listdir(self.layout.queues) if n.startswith(".") and n.endswith(STAGING_SUFFIX)]
+        for name in self._older_than(self.layout.queues, staging, older_than_ms):
+            shutil.rmtree(os.path.join(self.layout.queues, name), ignore_errors=True)
+            removed += 1
+        return removed
+
+    def sweep_new(self, older_than_ms: int) -> list[str]:
+        """Unlink files in ``new/`` older than ``older_than_ms`` (writers that died).
+
+        A sender answers 201 only after its file left ``new/``, so a file that
+        sits there longer than any write takes was never acknowledged: it is
+        removed, never delivered. Foreign names get the same grace period (a
+        writer of a newer protocol version may be using them).
+
+        Returns:
+            The names unlinked.
+        """
+        removed = []
+        for name in self._older_than(self.layout.new, listdir(self.layout.new), older_than_ms):
+            try:
+                os.unlink(os.path.join(self.layout.new, name))
+                removed.append(name)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.warning("cannot remove stale entry in new/ name=%s error=%s", name, exc)
+        return removed
+
+    def _older_than(self, directory: str, names: list[str], age_ms: int) -> list[str]:
+        """Those of ``names`` in ``directory`` whose mtime is ``age_ms`` or more before the store's clock."""
+        cutoff = self.clock() - age_ms
+        old = []
+        for name in names:
+            try:
+                if mtime_ms(os.path.join(directory, name)) <= cutoff:
+                    old.append(name)
+            except FileNotFoundError:
+                continue
+        return old
+
+    def scan_removed(self) -> list[str]:
+        """Names in ``remove/``."""
+        return listdir(self.layout.remove)
+
+    def reap(self, name: str) -> bool:
+        """Unlink ``remove/<name>`` (a removed queue directory is removed whole).
+
+        Returns:
+            True if something was removed, False if it was already gone.
+        Raises:
+            ValueError: ``name`` is empty, ``.``, ``..`` or has a ``/`` (it
+                would address something outside ``remove/``).
+        """
+        if not name or name in {".", ".."} or "/" in name or "\0" in name:
+            raise ValueError(f"not a name inside remove/: {name!r}")
+        path = self.layout.remove_path(name)
+        try:
+            os.unlink(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except IsADirectoryError:
+            pass
+        except PermissionError:
+            if not os.path.isdir(path):
+                raise
+        shutil.rmtree(path, ignore_errors=True)
+        return True
