@@ -35,55 +35,69 @@ class Blocking(Generic[T]):
     fn: Callable[[], T]
 
 
+class _Runner:
+    """One run of a plan: the next operation, or the result once the plan returned."""
+
+    def __init__(self, plan: Plan[Any]) -> None:
+        self.plan = plan
+        self.op: Any = None
+        self.value: Any = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def advance(self) -> bool:
+        """Give the plan the last result (or throw the last error into it); True once it returned."""
+        error, self._error = self._error, None
+        try:
+            self.op = self.plan.throw(error) if error is not None else self.plan.send(self._result)
+        except StopIteration as stop:
+            self.value = stop.value
+            return True
+        return False
+
+    def answer(self, result: Any) -> None:
+        self._result = result
+
+    def fail(self, error: BaseException) -> None:
+        self._result, self._error = None, error
+
+
 def run_sync(plan: Plan[R], handle: Callable[[Any], Any] | None = None) -> R:
     """Run ``plan`` in this thread: :class:`Blocking` inline, any other operation by ``handle(op)``.
 
     Returns:
-        The plan's result.
+        What the plan returns.
     Raises:
-        Whatever the plan raises (an operation's error is thrown into the plan first).
+        What the plan raises; an operation's error is thrown into the plan first.
     """
-    result: Any = None
-    error: BaseException | None = None
-    while True:
+    run = _Runner(plan)
+    while not run.advance():
         try:
-            op = plan.throw(error) if error is not None else plan.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        try:
-            if isinstance(op, Blocking):
-                result = op.fn()
+            if isinstance(run.op, Blocking):
+                run.answer(run.op.fn())
             elif handle is None:
-                raise TypeError(f"no handler for {op!r}")
+                raise TypeError(f"no handler for {run.op!r}")
             else:
-                result = handle(op)
+                run.answer(handle(run.op))
         except Exception as exc:  # noqa: BLE001  # thrown into the plan, which re-raises what it does not handle
-            error = exc
+            run.fail(exc)
+    return run.value  # type: ignore[no-any-return]
 
 
 async def run_async(
     plan: Plan[R], blocking: Callable[[Callable[[], Any]], Awaitable[Any]], handle: Callable[[Any], Awaitable[Any]]
 ) -> R:
-    """Run ``plan`` in a coroutine: :class:`Blocking` by ``await blocking(op.fn)``, others by ``await handle(op)``.
+    """Run ``plan`` in a coroutine: ``await blocking(op.fn)`` for :class:`Blocking`, ``await handle(op)`` otherwise.
 
     Cancelling the coroutine throws the cancellation into the plan (its ``finally``
-    and ``except BaseException`` clauses run) and re-raises it.
-
-    Returns:
-        The plan's result.
-    Raises:
-        Whatever the plan raises (an operation's error is thrown into the plan first).
+    and ``except BaseException`` clauses run, and may still yield file work)
+    and the plan raises it again.
     """
-    result: Any = None
-    error: BaseException | None = None
-    while True:
+    run = _Runner(plan)
+    while not run.advance():
+        op = run.op
         try:
-            op = plan.throw(error) if error is not None else plan.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        try:
-            result = await (blocking(op.fn) if isinstance(op, Blocking) else handle(op))
+            run.answer(await (blocking(op.fn) if isinstance(op, Blocking) else handle(op)))
         except BaseException as exc:  # noqa: BLE001  # thrown into the plan, which re-raises what it does not handle
-            error = exc
+            run.fail(exc)
+    return run.value  # type: ignore[no-any-return]
