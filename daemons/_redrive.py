@@ -4,37 +4,35 @@
 task per dead-letter queue this daemon owns: oldest first, rate-limited, its
 status rewritten into ``queues/DLQ/.redrive`` every 0.5 s (where every daemon
 reads it: one running task per queue across daemons, a status not rewritten
-for 10 s is reported "failed"). The moves themselves, which take the queue's
-fetcher lock and edit its ready index, are the broker's
-(:meth:`daemons._broker.Broker.redrive_step`); the runner reaches the broker
-only through :class:`RedriveHost`, so this module does not import it.
+for 10 s is reported "failed"). The rules (start, status record, pacing,
+moves, stop and cancel) are :mod:`mqcore.service.redrive`'s, shared with the
+brokerless client; this module adds the asyncio task, the saver threads, and
+the moves on the queue's fetcher thread under its lock, editing its ready
+index (:meth:`RedriveRunner.step`). The runner reaches the broker only
+through :class:`RedriveHost`, so this module does not import it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from daemons import _runtime
-from mqcore.errors import InvalidRequest, MQError, QueueNotFound, RedriveInProgress, RedriveNotRunning
-from mqcore.index import ReadyIndex
+from daemons._queues import QueueStates
+from mqcore.errors import QueueNotFound, RedriveInProgress
 from mqcore.names import QueueName
 from mqcore.protocol import Store, now_ms
-from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS, present_redrive_status, redrive_running
+from mqcore.service import redrive as rules
+from mqcore.service.plans import run_async
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
 T = TypeVar("T")
-
-#: Most messages a redrive moves in one fetcher round trip.
-REDRIVE_CHUNK = 100
 
 
 @dataclass
@@ -44,15 +42,7 @@ class _Redrive:
     status: dict[str, Any]
     task: asyncio.Task[None] | None = None
     cancel: bool = False
-    replaced: bool = False
-    """Another task's status replaced this one's: stop without writing (the other task goes on)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-class RedriveQueueState(Protocol):
-    """What the runner reads of a queue's state: its ready index (``daemons._broker._QueueState``)."""
-
-    index: ReadyIndex
 
 
 class RedriveHost(Protocol):
@@ -60,16 +50,7 @@ class RedriveHost(Protocol):
 
     store: Store
     savers: ThreadPoolExecutor
-
-    async def queue_state(self, queue: QueueName) -> RedriveQueueState: ...
-
-    async def queue_exists(self, queue: QueueName) -> bool: ...
-
-    async def redrive_step(
-        self, source: QueueName, destination: QueueName | None, wanted: int, skipped: set[str]
-    ) -> tuple[int, int, int] | None: ...
-
-    async def redrive_done(self, source: QueueName, skipped: set[str]) -> bool: ...
+    queues: QueueStates
 
 
 class RedriveRunner:
@@ -105,33 +86,15 @@ class RedriveRunner:
             InvalidRequest: ``destination`` is ``source``.
             RedriveInProgress: A redrive out of ``source`` is running (here or in another daemon).
         """
-        state = await self.host.queue_state(source)
-        if destination is not None:
-            if destination == source:
-                raise InvalidRequest("destination must differ from the dead-letter queue", field="destination")
-            if not await self.host.queue_exists(destination):
-                raise QueueNotFound(f"destination queue {destination!r} does not exist", queue=destination)
+        state = await self.host.queues.queue_state(source)
+        await self._in(rules.check_redrive_queues, self.host.store, source, destination)
         async with self._lock:
             local = self.tasks.get(source)
             if local is not None and local.task is not None and not local.task.done():
                 raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
-            current = await self._in(self.host.store.read_redrive_status, source)
-            now = now_ms()
-            if redrive_running(current, now):
-                raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
-            status: dict[str, Any] = {
-                "task_id": uuid.uuid4().hex,
-                "source": source,
-                "destination": destination,
-                "max_messages_per_second": rate,
-                "state": "running",
-                "moved": 0,
-                "skipped": 0,
-                "to_move": len(state.index),
-                "started_ms": now,
-                "updated_ms": now,
-            }
-            await self._in(self.host.store.write_redrive_status, source, status)
+            status = await self._in(
+                rules.begin_redrive, self.host.store, source, destination, rate, len(state.index), now_ms()
+            )
             redrive = _Redrive(status)
             redrive.task = asyncio.get_running_loop().create_task(self._run(source, redrive))
             redrive.task.add_done_callback(functools.partial(self._ended, source, redrive))
@@ -143,13 +106,7 @@ class RedriveRunner:
 
     async def read(self, source: QueueName) -> dict[str, Any] | None:
         """The status of the last redrive out of ``source`` as clients see it, or None (QueueNotFound)."""
-
-        def read() -> dict[str, Any] | None:
-            if not self.host.store.queue_exists(source):
-                raise QueueNotFound(f"queue {source!r} does not exist", queue=source)
-            return self.host.store.read_redrive_status(source)
-
-        return present_redrive_status(await self._in(read), now_ms())
+        return await self._in(rules.read_status, self.host.store, source, now_ms())
 
     async def cancel(self, source: QueueName) -> dict[str, Any]:
         """Ask the running redrive out of ``source`` to stop (SQS CancelMessageMoveTask).
@@ -169,12 +126,8 @@ class RedriveRunner:
             RedriveNotRunning: No redrive out of ``source`` is running (404).
             StorageUnavailable: The request could not be written (503).
         """
-        status = await self.read(source)
         now = now_ms()
-        if status is None or not redrive_running(status, now):
-            raise RedriveNotRunning(f"no redrive out of {source!r} is running", queue=source)
-        await self._in(self.host.store.request_redrive_cancel, source, status.get("task_id"), now)
-        status = {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}
+        status = await self._in(rules.request_cancel, self.host.store, source, now)
         local = self.tasks.get(source)
         if local is not None and local.status.get("task_id") == status.get("task_id"):
             local.status["cancel_requested_ms"] = now
@@ -203,104 +156,73 @@ class RedriveRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, source: QueueName, redrive: _Redrive) -> None:
-        """The redrive task: oldest first, at most ``max_messages_per_second``, status every 0.5 s.
+        """The redrive task: :func:`mqcore.service.redrive.redrive_task` driven on the event loop.
 
-        Ends "completed" when the queue has no ready message left (messages
-        without a known or existing destination are skipped and stay),
-        "cancelled" when a cancel request naming it is seen at a status write
-        (or one is made through this daemon), "failed" on an error or when mq stops.
+        Status reads and writes run on the saver threads, the moves on the
+        queue's fetcher thread (:meth:`step`); a pause ends early when a
+        cancel is made through this daemon. A deleted queue ends it quietly;
+        any other error is logged (the plan recorded state "failed").
         """
         loop = asyncio.get_running_loop()
-        status = redrive.status
-        rate: int = status["max_messages_per_second"]
-        destination = status["destination"]
-        skipped: set[str] = set()
-        started = last_write = loop.time()
-        tried = 0
+        plan = rules.redrive_task(self.host.store, redrive.status, loop.time, lambda: redrive.cancel)
+
+        async def handle(op: rules.Pause | rules.MoveOldest | rules.AnyLeft) -> object:
+            if isinstance(op, rules.Pause):
+                redrive.wake.clear()
+                return await _runtime.wait_for_wake(redrive.wake, op.seconds)
+            if isinstance(op, rules.MoveOldest):
+                return await self.step(op)
+            return not await self.done(op.source, op.skipped)
+
         try:
-            while True:
-                if loop.time() - last_write >= REDRIVE_STATUS_INTERVAL_SECONDS:
-                    if await self._cancelled(source, redrive):
-                        break
-                    await self._write(source, status)
-                    last_write = loop.time()
-                if redrive.cancel:
-                    break
-                due = started + tried / rate
-                wait = due - loop.time()
-                if wait > 0:
-                    redrive.wake.clear()
-                    await _runtime.wait_for_wake(redrive.wake, min(wait, REDRIVE_STATUS_INTERVAL_SECONDS))
-                    continue
-                allowance = int((loop.time() - started) * rate) + 1 - tried
-                step = await self.host.redrive_step(source, destination, max(1, min(allowance, REDRIVE_CHUNK)), skipped)
-                if step is None:
-                    if await self.host.redrive_done(source, skipped):
-                        status["state"] = "completed"
-                        break
-                    continue
-                tried += step[0]
-                status["moved"] += step[1]
-                status["skipped"] += step[2]
-            if redrive.replaced:
-                # Two redrives were started at once through two daemons: the status file holds
-                # the other one, which goes on. Writing ours now would make it stop too.
-                logger.info("redrive yielded queue=%s moved=%d (another task runs)", source, status["moved"])
-                return
-            if status["state"] == "running":
-                status["state"] = "cancelled"
-            await self._write(source, status)
-            logger.info(
-                "redrive %s queue=%s moved=%d skipped=%d", status["state"], source, status["moved"], status["skipped"]
-            )
-        except asyncio.CancelledError:
-            status.update(state="failed", error="mq stopped (or the queue was deleted) while the redrive ran")
-            with contextlib.suppress(MQError, RuntimeError):
-                await self._write(source, status)
-            raise
+            await run_async(plan, self._blocking, handle)
         except QueueNotFound:
-            logger.info("redrive ended: queue=%s was deleted", source)
-        except Exception as exc:
+            pass
+        except Exception:
             logger.exception("redrive failed queue=%s", source)
-            status.update(state="failed", error=str(exc))
-            with contextlib.suppress(MQError):
-                await self._write(source, status)
 
-    async def _cancelled(self, source: QueueName, redrive: _Redrive) -> bool:
-        """True if this task must stop: a cancel request names it, or the status says cancelled or names another task.
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.host.savers, fn)
 
-        A status naming another task means two redrives were started at once
-        through two daemons; this one then stops without writing its status
-        (``replaced``), so the other, whose status is in the file, goes on:
-        of two tasks at least one always sees its own status and continues.
+    # -- the moves, on the queue's fetcher thread under its lock ----------------------
 
-        Called before each status write. The cancel request is a file of its
-        own (``.redrive-cancel``, written by ``DELETE /<queue>/redrive`` on
-        any daemon); its ``requested_ms`` becomes the status's ``cancel_requested_ms``.
-        """
-        if redrive.cancel:
+    async def step(self, op: rules.MoveOldest) -> list[rules.RedriveMove]:
+        """Move up to ``op.wanted`` of the oldest ready messages not in ``op.skipped`` ([]: the index has none)."""
+        source, skipped = op.source, op.skipped
+        queues = self.host.queues
+        fetcher = queues.fetcher_for(source)
+        async with fetcher.lock:
+            state = await queues.queue_state(source)
+            names: list[str] = []
+            held: list[str] = []
+            while len(names) < op.wanted:
+                name = state.index.pop_oldest()
+                if name is None:
+                    break
+                (held if name in skipped else names).append(name)
+            state.index.update(held)
+            if not names:
+                return []
+            loop = asyncio.get_running_loop()
+            moves = await loop.run_in_executor(
+                fetcher.thread, rules.move_names, self.host.store, source, names, op.destination
+            )
+        for move in moves:
+            if move.moved_to is not None:
+                queues.note_ready(*move.moved_to)
+            elif move.stays:
+                state.index.add(move.name)
+        queues.fire(queues.room, source)
+        return moves
+
+    async def done(self, source: QueueName, skipped: set[str]) -> bool:
+        """True if a fresh listing finds no ready message left (other than skipped ones)."""
+        queues = self.host.queues
+        loop = asyncio.get_running_loop()
+        names = await loop.run_in_executor(queues.fetcher_for(source).thread, self.host.store.scan_ready, source)
+        left = [n for n in names if n not in skipped]
+        if not left:
             return True
-
-        def read() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-            store = self.host.store
-            return store.read_redrive_status(source), store.redrive_cancel_request(source)
-
-        current, request = await self._in(read)
-        if request is not None and request.get("task_id") == redrive.status["task_id"]:
-            redrive.cancel = True
-            if "requested_ms" in request:
-                redrive.status["cancel_requested_ms"] = request["requested_ms"]
-            return True
-        if current is None or current.get("task_id") != redrive.status["task_id"]:
-            redrive.cancel = redrive.replaced = True
-            return True
-        if current.get("state") == "cancelled":
-            redrive.cancel = True
-            if "cancel_requested_ms" in current:
-                redrive.status["cancel_requested_ms"] = current["cancel_requested_ms"]
-            return True
+        state = await queues.queue_state(source)
+        state.index.update(left)
         return False
-
-    async def _write(self, source: QueueName, status: dict[str, Any]) -> None:
-        status["updated_ms"] = now_ms()
-        await self._in(self.host.store.write_redrive_status, source, dict(status))

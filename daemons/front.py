@@ -21,12 +21,15 @@ statistics and redrive tasks out of dead-letter queues. Every state lives in
 the folder tree (``docs/protocol.md``); the daemon holds only caches, waiters
 and the one redrive task it runs per dead-letter queue.
 
-The code is in four modules, each importing only the ones after it:
+The code is in these modules, each importing only the ones after it:
 ``front`` (this one, the entry point: settings from the command line, the
-routes, serving), ``daemons._http`` (request checks, the error middleware,
-the route handlers), ``daemons._broker`` (the state above: indexes, watches,
-waiters, leases, fetchers) and ``daemons._redrive`` (the redrive tasks);
-``daemons._settings`` holds the checked settings the first three share.
+routes, serving), ``daemons._http`` and ``daemons._sqs`` (request parsing, the
+error middleware, the route handlers), ``daemons._broker`` (one method per
+operation; the leases), ``daemons._send`` (sends and capacity waits),
+``daemons._redrive`` (the redrive tasks) and ``daemons._queues`` (indexes,
+watches, rescans, waiters, fetchers); ``daemons._settings`` holds the checked
+settings they share. The rules of every operation are ``mqcore.service``'s,
+shared with the brokerless client.
 """
 
 from __future__ import annotations
@@ -228,7 +231,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     def line() -> str:
         server = runner.server
         per_second = rate.update(server.requests_count if server is not None else 0)
-        queues = sum(len(fetcher.queues) for fetcher in broker.fetchers)
+        queues = sum(len(fetcher.queues) for fetcher in broker.queues.fetchers)
         return f"serving: {queues} queues active, {per_second:.1f} requests/s"
 
     return line
@@ -315,7 +318,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     envvar="MQ_METRICS_MAX_QUEUES",
     show_envvar=True,
     show_default=True,
-    help="Queues named in /metrics labels; the others are summed under queue=\"_other\".",
+    help='Queues named in /metrics labels; the others are summed under queue="_other".',
 )
 @click.option(
     "--min-free-bytes",
