@@ -446,7 +446,7 @@ class Broker:
             MessageNotFound: Already gone (404).
         """
         hint = self.leases.current(handle)
-        where = await self.run_in(self.savers, self.store.delete_by_handle, queue, handle.text, hint)
+        where = await self.run_in(self.savers, self.store.delete_by_handle, queue, handle, hint)
         self.leases.released(handle)
         if where == "ready":
             state = self.queues.fetcher_for(queue).queues.get(queue)
@@ -478,7 +478,7 @@ class Broker:
         vt_ms = visibility_timeout_seconds * 1000
         now = now_ms()
         new = await self.run_in(
-            self.savers, lambda: self.store.change_visibility(queue, handle.text, vt_ms, now=now, hint=hint)
+            self.savers, lambda: self.store.change_visibility(queue, handle, vt_ms, now=now, hint=hint)
         )
         if vt_ms == 0:
             self.leases.released(handle)
