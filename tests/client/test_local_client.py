@@ -1,4 +1,4 @@
-"""The brokerless clients (mqcore.client._local) on temporary roots, with no daemon running.
+"""The brokerless clients (mqcore.client._local*) on temporary roots, with no daemon running.
 
 Every behaviour the daemons provide in the background must happen here on the call that
 needs it: redelivery after a visibility timeout and dead-lettering (mq-mover's job), the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mqcore.client._local import AsyncLocalClient, LocalClient
+from mqcore.client import AsyncLocalClient, LocalClient
 from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry, Message
 from mqcore.errors import (
     InvalidAttribute,
@@ -638,3 +638,24 @@ async def test_async_capacity_wait_is_awaited(root: Path) -> None:
             await client.send("jobs", b"4")
         results = await client.send_batch("jobs", [b"5", BatchEntry(b"6", delay_seconds=1)])
         assert isinstance(results[0], QueueFull) and isinstance(results[1], str)
+
+
+async def test_async_cancelled_waits_leave_nothing_behind(root: Path) -> None:
+    """A cancelled send waiting for room gives its place back; a cancelled long poll leases nothing."""
+    async with AsyncLocalClient(root) as client:
+        await client.create_queue("jobs", {"capacity": 1, "capacity_wait_seconds": 20})
+        await client.create_queue("idle")
+        await client.send("jobs", b"1")
+        blocked = asyncio.create_task(client.send("jobs", b"2"))
+        poll = asyncio.create_task(client.receive("idle", wait_time_seconds=20))
+        await asyncio.sleep(0.2)
+        for task in (blocked, poll):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await client.set_attributes("jobs", {"capacity_wait_seconds": 0})
+        (first,) = await client.receive("jobs")
+        assert first.body == b"1"
+        await client.send("jobs", b"3")  # the cancelled send holds no room
+        sent = await client.send("idle", b"x")
+        assert [m.message_id for m in await client.receive("idle")] == [sent]  # the cancelled poll leased nothing
