@@ -22,18 +22,7 @@ from aiohttp import web
 
 from daemons import _auth
 from daemons._broker import Broker
-from mqcore.attributes import (
-    MAX_ATTEMPT_ID_CHARS,
-    MAX_CONTENT_TYPE_CHARS,
-    MAX_DELAY_SECONDS,
-    MAX_RECEIVE_MESSAGES,
-    MAX_VISIBILITY_TIMEOUT_SECONDS,
-    MAX_WAIT_SECONDS,
-    attributes_size,
-    check_message_attributes,
-    is_attempt_id,
-    is_content_type,
-)
+from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes, attributes_size, check_message_attributes
 from mqcore.errors import (
     InvalidAttribute,
     InvalidRequest,
@@ -45,9 +34,23 @@ from mqcore.errors import (
     echo,
 )
 from mqcore.model import ReceivedMessage
-from mqcore.names import check_message_id, check_partition, check_queue_name, is_queue_prefix
+from mqcore.names import check_message_id, check_queue_name
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
-from mqcore.redrive import DEFAULT_REDRIVE_RATE, MAX_REDRIVE_RATE
+from mqcore.redrive import DEFAULT_REDRIVE_RATE
+from mqcore.service.handles import check_handle
+from mqcore.service.requests import (
+    DELAY_SECONDS,
+    PEEK_LIMIT,
+    REDRIVE_RATE,
+    VISIBILITY_TIMEOUT_SECONDS,
+    check_after,
+    check_message_size,
+    check_prefix,
+    entry_size,
+    partition_from_query,
+    receive_args_from_query,
+    send_entry,
+)
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
@@ -57,7 +60,6 @@ MAX_HANDLE_BATCH = 10
 SMALL_JSON_LIMIT_BYTES = 65_536
 
 _ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
-_DIGITS_RE = re.compile(r"[0-9]{1,10}")
 
 BROKER = web.AppKey("broker", Broker)
 
@@ -197,36 +199,6 @@ def query_params(request: web.Request, allowed: tuple[str, ...], body_form: str 
     return out
 
 
-def int_param(params: dict[str, str], name: str, low: int, high: int) -> int | None:
-    """Query parameter ``name`` as a decimal integer in ``low..high``; None if absent.
-
-    Raises:
-        InvalidRequest: Not digits only, or out of range (400, ``details.parameter``).
-    """
-    text = params.get(name)
-    if text is None:
-        return None
-    if not _DIGITS_RE.fullmatch(text) or not low <= int(text) <= high:
-        raise InvalidRequest(f"{name} must be an integer {low}-{high}, got {_short(text)}", parameter=name)
-    return int(text)
-
-
-def int_field(obj: dict[str, Any], name: str, low: int, high: int, where: str) -> int | None:
-    """JSON field ``name`` as an integer (not a bool or float) in ``low..high``; None if absent or null.
-
-    Raises:
-        InvalidRequest: Wrong type or out of range (400, ``details.field``).
-    """
-    value = obj.get(name)
-    if value is None:
-        return None
-    if type(value) is not int or not low <= value <= high:
-        raise InvalidRequest(
-            f"{where}{name} must be an integer {low}-{high}, got {_short(value)}", field=f"{where}{name}"
-        )
-    return value
-
-
 def check_keys(obj: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
     """Raise InvalidRequest naming the first key of ``obj`` not in ``allowed``."""
     for key in obj:
@@ -328,12 +300,9 @@ def _received_json(message: ReceivedMessage) -> dict[str, Any]:
 async def list_queues(request: web.Request) -> web.Response:
     """GET /?prefix=P -> 200 {"queues": [names]} (sorted; only names starting with P; SQS ListQueues)."""
     params = query_params(request, ("prefix",))
-    prefix = params.get("prefix", "")
-    if not is_queue_prefix(prefix):
-        raise InvalidRequest(
-            "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)", parameter="prefix"
-        )
-    queues = _auth.visible(request, await request.app[BROKER].list_queues(prefix))
+    prefix = check_prefix(params.get("prefix", ""))
+    names: list[str] = list(await request.app[BROKER].list_queues(prefix))
+    queues = _auth.visible(request, names)
     return web.json_response({"queues": queues})
 
 
@@ -427,16 +396,13 @@ async def send_message(request: web.Request) -> web.Response:
     delay_text = request.headers.get("X-Delay-Seconds")
     delay = attrs.delay_seconds
     if delay_text is not None:
-        value = int_param({"X-Delay-Seconds": delay_text.strip()}, "X-Delay-Seconds", 0, MAX_DELAY_SECONDS)
+        value = DELAY_SECONDS.from_text(delay_text.strip(), name="X-Delay-Seconds")
         delay = value if value is not None else delay
     message_attributes = parse_message_attributes(request.headers.get("X-Message-Attributes"))
-    limit = attrs.max_message_bytes
-    body = await read_body(request, limit)
-    size = len(body) + attributes_size(message_attributes)
-    if size > limit:
-        raise MessageTooLarge(size, limit)
+    body = await read_body(request, attrs.max_message_bytes)
+    check_message_size(len(body) + attributes_size(message_attributes), attrs)
     content_type = request.headers.get("Content-Type")
-    message_id = await broker.send(queue, body, content_type, message_attributes, delay * 1000)
+    message_id = await broker.sender.send(queue, body, content_type, message_attributes, delay * 1000)
     return web.Response(
         status=201,
         body=b'{"message_id": "%s"}' % message_id.encode(),
@@ -448,7 +414,7 @@ async def send_message(request: web.Request) -> web.Response:
 _SEND_ENTRY_KEYS = ("id", "body", "body_base64", "content_type", "attributes", "delay_seconds")
 
 
-def _send_entry(item: dict[str, Any], where: str, default_delay: int) -> SendEntry:
+def _send_entry(item: dict[str, Any], where: str, attrs: QueueAttributes) -> SendEntry:
     """One entry of a batch send as a SendEntry (per-entry errors: InvalidRequest, InvalidAttribute)."""
     check_keys(item, _SEND_ENTRY_KEYS, where)
     if ("body" in item) == ("body_base64" in item):
@@ -470,16 +436,9 @@ def _send_entry(item: dict[str, Any], where: str, default_delay: int) -> SendEnt
             raise InvalidRequest(
                 f"{where}.body_base64 must be a base64 string (RFC 4648, with padding)", field=f"{where}.body_base64"
             ) from None
-    content_type = item.get("content_type")
-    if content_type is not None and not is_content_type(content_type):
-        raise InvalidRequest(
-            f"{where}.content_type must be 1-{MAX_CONTENT_TYPE_CHARS} printable ASCII characters",
-            field=f"{where}.content_type",
-        )
-    attributes = check_message_attributes(item.get("attributes"))
-    delay = int_field(item, "delay_seconds", 0, MAX_DELAY_SECONDS, f"{where}.")
-    delay = default_delay if delay is None else delay
-    return SendEntry(body, content_type, attributes or None, delay * 1000)
+    return send_entry(
+        body, item.get("content_type"), item.get("attributes"), item.get("delay_seconds"), attrs, where=f"{where}."
+    )
 
 
 async def send_batch(request: web.Request) -> web.Response:
@@ -506,15 +465,13 @@ async def send_batch(request: web.Request) -> web.Response:
     valid: list[tuple[str, SendEntry]] = []
     for i, (entry_id, item) in enumerate(entries):
         try:
-            valid.append((entry_id, _send_entry(item, f"{key}[{i}]", attrs.delay_seconds)))
+            valid.append((entry_id, _send_entry(item, f"{key}[{i}]", attrs)))
         except MQError as exc:
             failed.append(failed_entry(entry_id, exc))
-    total = sum(len(e.body) + attributes_size(e.attributes or {}) for _, e in valid)
-    if total > attrs.max_message_bytes:
-        raise MessageTooLarge(total, attrs.max_message_bytes)
+    check_message_size(sum(entry_size(e) for _, e in valid), attrs)
     successful: list[dict[str, Any]] = []
     if valid:
-        results = await broker.send_batch(queue, [e for _, e in valid])
+        results = await broker.sender.send_batch(queue, [e for _, e in valid])
         for (entry_id, _), result in zip(valid, results, strict=True):
             if isinstance(result, MQError):
                 failed.append(failed_entry(entry_id, result))
@@ -533,17 +490,6 @@ _RECEIVE_PARAMS = (
 )
 
 
-def _partition_params(params: dict[str, str]) -> tuple[int, int] | None:
-    """``(partition, partitions)`` from the query, or None when neither is given.
-
-    Raises:
-        InvalidRequest: Only one of them, or out of range (``details.parameter``).
-    """
-    partitions = int_param(params, "partitions", 0, 10**9)
-    partition = int_param(params, "partition", 0, 10**9)
-    return check_partition(partition, partitions)
-
-
 async def receive_message(request: web.Request) -> web.Response:
     """GET /<queue>/messages -> one message raw (200, or 204 if none) or up to 10 as JSON (SQS ReceiveMessage).
 
@@ -557,19 +503,9 @@ async def receive_message(request: web.Request) -> web.Response:
     X-Message-Attributes (JSON, only if the message has attributes).
     """
     queue = check_queue_name(request.match_info["queue"])
-    params = query_params(request, _RECEIVE_PARAMS)
-    max_messages = int_param(params, "max_messages", 1, MAX_RECEIVE_MESSAGES)
-    wait = int_param(params, "wait_time_seconds", 0, MAX_WAIT_SECONDS)
-    visibility = int_param(params, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS)
-    attempt_id = params.get("attempt_id")
-    if attempt_id is not None and not is_attempt_id(attempt_id):
-        raise InvalidRequest(
-            f"attempt_id must be 1-{MAX_ATTEMPT_ID_CHARS} printable ASCII characters without spaces",
-            parameter="attempt_id",
-        )
-    partition = _partition_params(params)
-    messages = await request.app[BROKER].receive(queue, max_messages or 1, visibility, wait, attempt_id, partition)
-    if max_messages is not None:
+    args, as_json = receive_args_from_query(query_params(request, _RECEIVE_PARAMS))
+    messages = await request.app[BROKER].receive(queue, args)
+    if as_json:
         return web.json_response({"messages": [_received_json(m) for m in messages]})
     if not messages:
         return web.Response(status=204)
@@ -599,14 +535,9 @@ async def peek_messages(request: web.Request) -> web.Response:
     """
     queue = check_queue_name(request.match_info["queue"])
     params = query_params(request, ("after", "limit", "partition", "partitions"))
-    limit = int_param(params, "limit", 1, MAX_PEEK_LIMIT)
-    after = params.get("after")
-    if after is not None:
-        try:
-            after = check_message_id(after)
-        except InvalidRequest as exc:
-            raise InvalidRequest(f"after must be a message id: {exc.message}", parameter="after") from None
-    partition = _partition_params(params)
+    limit = PEEK_LIMIT.from_text(params.get("limit"))
+    after = check_after(params.get("after"))
+    partition = partition_from_query(params)
     messages, next_after = await request.app[BROKER].peek(queue, after, limit or DEFAULT_PEEK_LIMIT, partition)
     return web.json_response({"messages": [_peeked_json(m) for m in messages], "next_after": next_after})
 
@@ -664,7 +595,7 @@ async def delete_message(request: web.Request) -> web.Response:
     params = query_params(request, ("receipt_handle",))
     broker = request.app[BROKER]
     if "receipt_handle" in params:
-        _, where = await broker.delete_by_handle(queue, params["receipt_handle"], message_id)
+        _, where = await broker.delete_by_handle(queue, check_handle(params["receipt_handle"], queue, message_id))
     else:
         where = await broker.delete(queue, message_id)
     return web.json_response({"message_id": message_id, "deleted": True, "was": where})
@@ -685,17 +616,13 @@ async def change_visibility(request: web.Request) -> web.Response:
         raise InvalidRequest('the body must be a JSON object {"receipt_handle", "visibility_timeout_seconds"}')
     check_keys(body, ("receipt_handle", "visibility_timeout_seconds"), "the request")
     timeout = _required_timeout(body, "")
-    _, handle, deadline = await request.app[BROKER].change_visibility(
-        queue,
-        body.get("receipt_handle"),
-        timeout,
-        message_id,  # type: ignore[arg-type]
-    )
-    return web.json_response({"message_id": message_id, "receipt_handle": handle, "visibility_deadline_ms": deadline})
+    handle = check_handle(body.get("receipt_handle"), queue, message_id)
+    _, current, deadline = await request.app[BROKER].change_visibility(queue, handle, timeout)
+    return web.json_response({"message_id": message_id, "receipt_handle": current, "visibility_deadline_ms": deadline})
 
 
 def _required_timeout(obj: dict[str, Any], where: str) -> int:
-    timeout = int_field(obj, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS, where)
+    timeout = VISIBILITY_TIMEOUT_SECONDS.optional(obj.get("visibility_timeout_seconds"), key="field", where=where)
     if timeout is None:
         raise InvalidRequest(
             f"{where}visibility_timeout_seconds is required (0-{MAX_VISIBILITY_TIMEOUT_SECONDS})",
@@ -740,7 +667,7 @@ async def delete_batch(request: web.Request) -> web.Response:
         if ("receipt_handle" in item) == ("message_id" in item):
             raise InvalidRequest(f"{where} needs exactly one of receipt_handle and message_id", field=where)
         if "receipt_handle" in item:
-            await broker.delete_by_handle(queue, item["receipt_handle"])
+            await broker.delete_by_handle(queue, check_handle(item["receipt_handle"], queue))
         else:
             await broker.delete(queue, check_message_id(item["message_id"]))
         return {"id": entry_id}
@@ -761,8 +688,9 @@ async def visibility_batch(request: web.Request) -> web.Response:
     async def op(entry_id: str, item: dict[str, Any], where: str) -> dict[str, Any]:
         check_keys(item, ("id", "receipt_handle", "visibility_timeout_seconds"), where)
         timeout = _required_timeout(item, f"{where}.")
-        _, handle, deadline = await broker.change_visibility(queue, item.get("receipt_handle"), timeout)  # type: ignore[arg-type]
-        return {"id": entry_id, "receipt_handle": handle, "visibility_deadline_ms": deadline}
+        handle = check_handle(item.get("receipt_handle"), queue)
+        _, current, deadline = await broker.change_visibility(queue, handle, timeout)
+        return {"id": entry_id, "receipt_handle": current, "visibility_deadline_ms": deadline}
 
     return await _run_entries(entries, op)
 
@@ -781,7 +709,7 @@ async def start_redrive(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise InvalidRequest('the body must be a JSON object {"destination"?, "max_messages_per_second"?} (or empty)')
     check_keys(body, ("destination", "max_messages_per_second"), "the request")
-    rate = int_field(body, "max_messages_per_second", 1, MAX_REDRIVE_RATE, "")
+    rate = REDRIVE_RATE.optional(body.get("max_messages_per_second"), key="field")
     destination = body.get("destination")
     if destination is not None:
         destination = check_queue_name(destination)

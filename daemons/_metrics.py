@@ -318,7 +318,7 @@ class BrokerCollector(Collector):
         indexed: dict[str, tuple[int, int | None]] = {}
         unindexed: list[str] = []
         for queue in queues:
-            state = broker.fetcher_for(queue).queues.get(queue)
+            state = broker.queues.fetcher_for(queue).queues.get(queue)
             if state is None:
                 unindexed.append(queue)
                 continue

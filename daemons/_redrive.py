@@ -4,10 +4,12 @@
 task per dead-letter queue this daemon owns: oldest first, rate-limited, its
 status rewritten into ``queues/DLQ/.redrive`` every 0.5 s (where every daemon
 reads it: one running task per queue across daemons, a status not rewritten
-for 10 s is reported "failed"). The moves themselves, which take the queue's
-fetcher lock and edit its ready index, are the broker's
-(:meth:`daemons._broker.Broker.redrive_step`); the runner reaches the broker
-only through :class:`RedriveHost`, so this module does not import it.
+for 10 s is reported "failed"). The rules (start, status record, pacing,
+moves, stop and cancel) are :mod:`mqcore.service.redrive`'s, shared with the
+brokerless client; this module adds the asyncio task, the saver threads, and
+the moves on the queue's fetcher thread under its lock, editing its ready
+index (:meth:`RedriveRunner.step`). The runner reaches the broker only
+through :class:`RedriveHost`, so this module does not import it.
 """
 
 from __future__ import annotations
@@ -16,25 +18,22 @@ import asyncio
 import contextlib
 import functools
 import logging
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from daemons import _runtime
-from mqcore.errors import InvalidRequest, MQError, QueueNotFound, RedriveInProgress, RedriveNotRunning
-from mqcore.index import ReadyIndex
+from daemons._queues import QueueStates
+from mqcore.errors import MQError, QueueNotFound, RedriveInProgress
 from mqcore.names import QueueName
 from mqcore.protocol import Store, now_ms
-from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS, present_redrive_status, redrive_running
+from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS
+from mqcore.service import redrive as rules
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
 T = TypeVar("T")
-
-#: Most messages a redrive moves in one fetcher round trip.
-REDRIVE_CHUNK = 100
 
 
 @dataclass
@@ -49,27 +48,12 @@ class _Redrive:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-class RedriveQueueState(Protocol):
-    """What the runner reads of a queue's state: its ready index (``daemons._broker._QueueState``)."""
-
-    index: ReadyIndex
-
-
 class RedriveHost(Protocol):
     """What the runner needs from the broker that owns it (:class:`daemons._broker.Broker`)."""
 
     store: Store
     savers: ThreadPoolExecutor
-
-    async def queue_state(self, queue: QueueName) -> RedriveQueueState: ...
-
-    async def queue_exists(self, queue: QueueName) -> bool: ...
-
-    async def redrive_step(
-        self, source: QueueName, destination: QueueName | None, wanted: int, skipped: set[str]
-    ) -> tuple[int, int, int] | None: ...
-
-    async def redrive_done(self, source: QueueName, skipped: set[str]) -> bool: ...
+    queues: QueueStates
 
 
 class RedriveRunner:
@@ -105,33 +89,15 @@ class RedriveRunner:
             InvalidRequest: ``destination`` is ``source``.
             RedriveInProgress: A redrive out of ``source`` is running (here or in another daemon).
         """
-        state = await self.host.queue_state(source)
-        if destination is not None:
-            if destination == source:
-                raise InvalidRequest("destination must differ from the dead-letter queue", field="destination")
-            if not await self.host.queue_exists(destination):
-                raise QueueNotFound(f"destination queue {destination!r} does not exist", queue=destination)
+        state = await self.host.queues.queue_state(source)
+        await self._in(rules.check_redrive_queues, self.host.store, source, destination)
         async with self._lock:
             local = self.tasks.get(source)
             if local is not None and local.task is not None and not local.task.done():
                 raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
-            current = await self._in(self.host.store.read_redrive_status, source)
-            now = now_ms()
-            if redrive_running(current, now):
-                raise RedriveInProgress(f"a redrive out of {source!r} is running", queue=source)
-            status: dict[str, Any] = {
-                "task_id": uuid.uuid4().hex,
-                "source": source,
-                "destination": destination,
-                "max_messages_per_second": rate,
-                "state": "running",
-                "moved": 0,
-                "skipped": 0,
-                "to_move": len(state.index),
-                "started_ms": now,
-                "updated_ms": now,
-            }
-            await self._in(self.host.store.write_redrive_status, source, status)
+            status = await self._in(
+                rules.begin_redrive, self.host.store, source, destination, rate, len(state.index), now_ms()
+            )
             redrive = _Redrive(status)
             redrive.task = asyncio.get_running_loop().create_task(self._run(source, redrive))
             redrive.task.add_done_callback(functools.partial(self._ended, source, redrive))
@@ -143,13 +109,7 @@ class RedriveRunner:
 
     async def read(self, source: QueueName) -> dict[str, Any] | None:
         """The status of the last redrive out of ``source`` as clients see it, or None (QueueNotFound)."""
-
-        def read() -> dict[str, Any] | None:
-            if not self.host.store.queue_exists(source):
-                raise QueueNotFound(f"queue {source!r} does not exist", queue=source)
-            return self.host.store.read_redrive_status(source)
-
-        return present_redrive_status(await self._in(read), now_ms())
+        return await self._in(rules.read_status, self.host.store, source, now_ms())
 
     async def cancel(self, source: QueueName) -> dict[str, Any]:
         """Ask the running redrive out of ``source`` to stop (SQS CancelMessageMoveTask).
@@ -169,12 +129,8 @@ class RedriveRunner:
             RedriveNotRunning: No redrive out of ``source`` is running (404).
             StorageUnavailable: The request could not be written (503).
         """
-        status = await self.read(source)
         now = now_ms()
-        if status is None or not redrive_running(status, now):
-            raise RedriveNotRunning(f"no redrive out of {source!r} is running", queue=source)
-        await self._in(self.host.store.request_redrive_cancel, source, status.get("task_id"), now)
-        status = {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}
+        status = await self._in(rules.request_cancel, self.host.store, source, now)
         local = self.tasks.get(source)
         if local is not None and local.status.get("task_id") == status.get("task_id"):
             local.status["cancel_requested_ms"] = now
@@ -212,43 +168,36 @@ class RedriveRunner:
         """
         loop = asyncio.get_running_loop()
         status = redrive.status
-        rate: int = status["max_messages_per_second"]
         destination = status["destination"]
         skipped: set[str] = set()
-        started = last_write = loop.time()
-        tried = 0
+        pacer = rules.RedrivePacer(status["max_messages_per_second"], loop.time())
         try:
             while True:
-                if loop.time() - last_write >= REDRIVE_STATUS_INTERVAL_SECONDS:
+                if pacer.status_due(loop.time()):
                     if await self._cancelled(source, redrive):
                         break
                     await self._write(source, status)
-                    last_write = loop.time()
+                    pacer.wrote(loop.time())
                 if redrive.cancel:
                     break
-                due = started + tried / rate
-                wait = due - loop.time()
+                wait = pacer.wait_seconds(loop.time())
                 if wait > 0:
                     redrive.wake.clear()
                     await _runtime.wait_for_wake(redrive.wake, min(wait, REDRIVE_STATUS_INTERVAL_SECONDS))
                     continue
-                allowance = int((loop.time() - started) * rate) + 1 - tried
-                step = await self.host.redrive_step(source, destination, max(1, min(allowance, REDRIVE_CHUNK)), skipped)
-                if step is None:
-                    if await self.host.redrive_done(source, skipped):
+                tried = await self.step(source, destination, pacer.allowance(loop.time()), status, skipped)
+                if tried == 0:
+                    if await self.done(source, skipped):
                         status["state"] = "completed"
                         break
                     continue
-                tried += step[0]
-                status["moved"] += step[1]
-                status["skipped"] += step[2]
+                pacer.tried += tried
             if redrive.replaced:
                 # Two redrives were started at once through two daemons: the status file holds
                 # the other one, which goes on. Writing ours now would make it stop too.
                 logger.info("redrive yielded queue=%s moved=%d (another task runs)", source, status["moved"])
                 return
-            if status["state"] == "running":
-                status["state"] = "cancelled"
+            rules.finish(status)
             await self._write(source, status)
             logger.info(
                 "redrive %s queue=%s moved=%d skipped=%d", status["state"], source, status["moved"], status["skipped"]
@@ -267,40 +216,66 @@ class RedriveRunner:
                 await self._write(source, status)
 
     async def _cancelled(self, source: QueueName, redrive: _Redrive) -> bool:
-        """True if this task must stop: a cancel request names it, or the status says cancelled or names another task.
+        """True if this task must stop (:func:`mqcore.service.redrive.stop_reason`, or a cancel made here).
 
-        A status naming another task means two redrives were started at once
-        through two daemons; this one then stops without writing its status
-        (``replaced``), so the other, whose status is in the file, goes on:
-        of two tasks at least one always sees its own status and continues.
-
-        Called before each status write. The cancel request is a file of its
-        own (``.redrive-cancel``, written by ``DELETE /<queue>/redrive`` on
-        any daemon); its ``requested_ms`` becomes the status's ``cancel_requested_ms``.
+        Called before each status write. "replaced" (the status file names
+        another task) also sets ``redrive.replaced``: the task then stops
+        without writing its status, so the other goes on.
         """
-        if redrive.cancel:
-            return True
-
-        def read() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-            store = self.host.store
-            return store.read_redrive_status(source), store.redrive_cancel_request(source)
-
-        current, request = await self._in(read)
-        if request is not None and request.get("task_id") == redrive.status["task_id"]:
-            redrive.cancel = True
-            if "requested_ms" in request:
-                redrive.status["cancel_requested_ms"] = request["requested_ms"]
-            return True
-        if current is None or current.get("task_id") != redrive.status["task_id"]:
-            redrive.cancel = redrive.replaced = True
-            return True
-        if current.get("state") == "cancelled":
-            redrive.cancel = True
-            if "cancel_requested_ms" in current:
-                redrive.status["cancel_requested_ms"] = current["cancel_requested_ms"]
-            return True
-        return False
+        if not redrive.cancel:
+            reason = await self._in(rules.stop_reason, self.host.store, source, redrive.status)
+            redrive.cancel = reason is not None
+            redrive.replaced = reason == "replaced"
+        return redrive.cancel
 
     async def _write(self, source: QueueName, status: dict[str, Any]) -> None:
-        status["updated_ms"] = now_ms()
-        await self._in(self.host.store.write_redrive_status, source, dict(status))
+        await self._in(rules.write_status, self.host.store, source, status, now_ms())
+
+    # -- the moves, on the queue's fetcher thread under its lock ----------------------
+
+    async def step(
+        self, source: QueueName, destination: QueueName | None, wanted: int, status: dict[str, Any], skipped: set[str]
+    ) -> int:
+        """Move up to ``wanted`` of the oldest ready messages not in ``skipped``; count them into ``status``.
+
+        Returns:
+            How many names were tried (0: the index has none left).
+        """
+        queues = self.host.queues
+        fetcher = queues.fetcher_for(source)
+        async with fetcher.lock:
+            state = await queues.queue_state(source)
+            names: list[str] = []
+            held: list[str] = []
+            while len(names) < wanted:
+                name = state.index.pop_oldest()
+                if name is None:
+                    break
+                (held if name in skipped else names).append(name)
+            state.index.update(held)
+            if not names:
+                return 0
+            loop = asyncio.get_running_loop()
+            moves = await loop.run_in_executor(
+                fetcher.thread, rules.move_names, self.host.store, source, names, destination
+            )
+        rules.tally(status, moves, skipped)
+        for move in moves:
+            if move.moved_to is not None:
+                queues.note_ready(*move.moved_to)
+            elif move.stays:
+                state.index.add(move.name)
+        queues.fire(queues.room, source)
+        return len(names)
+
+    async def done(self, source: QueueName, skipped: set[str]) -> bool:
+        """True if a fresh listing finds no ready message left (other than skipped ones)."""
+        queues = self.host.queues
+        loop = asyncio.get_running_loop()
+        names = await loop.run_in_executor(queues.fetcher_for(source).thread, self.host.store.scan_ready, source)
+        left = [n for n in names if n not in skipped]
+        if not left:
+            return True
+        state = await queues.queue_state(source)
+        state.index.update(left)
+        return False

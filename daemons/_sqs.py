@@ -31,7 +31,9 @@ from mqcore.errors import MQError
 from mqcore.model import ReceivedMessage
 from mqcore.names import QueueName, sent_ms_of
 from mqcore.protocol import SendEntry, now_ms
-from mqcore.redrive import DEFAULT_REDRIVE_RATE, MAX_REDRIVE_RATE
+from mqcore.redrive import DEFAULT_REDRIVE_RATE
+from mqcore.service.handles import check_handle
+from mqcore.service.requests import MAX_MESSAGES, VISIBILITY_TIMEOUT_SECONDS, WAIT_TIME_SECONDS, Limit, ReceiveArgs
 
 logger = logging.getLogger("mq.front")
 
@@ -183,12 +185,15 @@ async def _read_body(request: web.Request) -> bytes:
     return bytes(chunks)
 
 
-def _int(body: dict[str, Any], name: str, low: int, high: int) -> int | None:
+def _int(body: dict[str, Any], name: str, limit: Limit) -> int | None:
+    """SQS parameter ``name`` checked against ``limit`` (the mq rule's range); None if absent."""
     value = body.get(name)
     if value is None:
         return None
-    if type(value) is not int or not low <= value <= high:
-        raise sqs.SqsError("InvalidParameterValue", f"Value {value!r} for parameter {name} is invalid: {low}-{high}.")
+    if not isinstance(value, int) or not limit.contains(value):
+        raise sqs.SqsError(
+            "InvalidParameterValue", f"Value {value!r} for parameter {name} is invalid: {limit.low}-{limit.high}."
+        )
     return value
 
 
@@ -373,7 +378,7 @@ async def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     attrs = await ctx.broker.get_attributes(queue)
     _check_size(message.size_bytes, attrs.max_message_bytes)
     delay = attrs.delay_seconds if message.delay_seconds is None else message.delay_seconds
-    message_id = await ctx.broker.send(
+    message_id = await ctx.broker.sender.send(
         queue, message.body, SQS_CONTENT_TYPE, message.attributes, delay * 1000, message.attribute_types
     )
     return _sent(message_id, message)
@@ -423,7 +428,7 @@ async def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, An
             )
             for _, m in valid
         ]
-        results = await ctx.broker.send_batch(queue, send_entries)
+        results = await ctx.broker.sender.send_batch(queue, send_entries)
         for (entry_id, message), result in zip(valid, results, strict=True):
             if isinstance(result, MQError):
                 failed.append(sqs.failed_entry(entry_id, sqs.from_mq_error(result)))
@@ -437,15 +442,16 @@ async def receive_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     ReceiveRequestAttemptId, system attributes (AttributeNames / MessageSystemAttributeNames) and
     user attributes (MessageAttributeNames)."""
     queue = sqs.queue_from_url(body.get("QueueUrl"))
-    max_messages = _int(body, "MaxNumberOfMessages", 1, 10) or 1
-    wait = _int(body, "WaitTimeSeconds", 0, 20)
-    visibility = _int(body, "VisibilityTimeout", 0, 43_200)
+    max_messages = _int(body, "MaxNumberOfMessages", MAX_MESSAGES) or 1
+    wait = _int(body, "WaitTimeSeconds", WAIT_TIME_SECONDS)
+    visibility = _int(body, "VisibilityTimeout", VISIBILITY_TIMEOUT_SECONDS)
     attempt_id = body.get("ReceiveRequestAttemptId")
     if attempt_id is not None and not isinstance(attempt_id, str):
         raise sqs.SqsError("InvalidParameterValue", "ReceiveRequestAttemptId must be a string.")
     system = sqs.system_attribute_names(body.get("AttributeNames"), body.get("MessageSystemAttributeNames"))
     names = body.get("MessageAttributeNames")
-    messages = await ctx.broker.receive(queue, max_messages, visibility, wait, attempt_id)
+    args = ReceiveArgs(max_messages, wait, visibility, attempt_id)
+    messages = await ctx.broker.receive(queue, args)
     return {"Messages": [_received(ctx, m, system, names) for m in messages]} if messages else {}
 
 
@@ -486,7 +492,7 @@ def _handle(value: object) -> str:
 async def _delete(ctx: Context, queue: QueueName, handle: object) -> None:
     """Delete by receipt handle; a stale handle or a message already gone succeeds without deleting (SQS)."""
     try:
-        await ctx.broker.delete_by_handle(queue, _handle(handle))
+        await ctx.broker.delete_by_handle(queue, check_handle(_handle(handle), queue))
     except MQError as exc:
         if exc.code in ("stale_receipt_handle", "message_not_found"):
             return
@@ -505,10 +511,10 @@ async def _change(ctx: Context, queue: QueueName, handle: object, seconds: objec
     """Change visibility by receipt handle; a message no longer in flight under it: MessageNotInflight."""
     if seconds is None:
         raise sqs.SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
-    if type(seconds) is not int or not 0 <= seconds <= 43_200:
+    if not isinstance(seconds, int) or not VISIBILITY_TIMEOUT_SECONDS.contains(seconds):
         raise sqs.SqsError("InvalidParameterValue", f"Value {seconds!r} for parameter VisibilityTimeout is invalid.")
     try:
-        await ctx.broker.change_visibility(queue, _handle(handle), seconds)
+        await ctx.broker.change_visibility(queue, check_handle(_handle(handle), queue), seconds)
     except MQError as exc:
         if exc.code == "invalid_receipt_handle":
             raise sqs.SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is invalid.") from None
@@ -564,7 +570,7 @@ async def start_message_move_task(ctx: Context, body: dict[str, Any]) -> dict[st
     source = sqs.queue_from_arn(body.get("SourceArn"), "SourceArn")
     destination_arn = body.get("DestinationArn")
     destination = sqs.queue_from_arn(destination_arn, "DestinationArn") if destination_arn is not None else None
-    rate = _int(body, "MaxNumberOfMessagesPerSecond", 1, min(500, MAX_REDRIVE_RATE))
+    rate = _int(body, "MaxNumberOfMessagesPerSecond", sqs.REDRIVE_RATE)
     status = await ctx.broker.redrives.start(source, destination, rate or DEFAULT_REDRIVE_RATE)
     return {"TaskHandle": sqs.task_handle(str(status["task_id"]), ctx.arn(source))}
 
@@ -582,7 +588,7 @@ async def cancel_message_move_task(ctx: Context, body: dict[str, Any]) -> dict[s
 async def list_message_move_tasks(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """ListMessageMoveTasks: the last redrive of SourceArn (mq keeps one task's status per queue)."""
     source = sqs.queue_from_arn(body.get("SourceArn"), "SourceArn")
-    _int(body, "MaxResults", 1, 10)
+    _int(body, "MaxResults", sqs.MOVE_TASKS_MAX_RESULTS)
     status = await ctx.broker.redrives.read(source)
     if status is None:
         return {"Results": []}

@@ -228,7 +228,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     def line() -> str:
         server = runner.server
         per_second = rate.update(server.requests_count if server is not None else 0)
-        queues = sum(len(fetcher.queues) for fetcher in broker.fetchers)
+        queues = sum(len(fetcher.queues) for fetcher in broker.queues.fetchers)
         return f"serving: {queues} queues active, {per_second:.1f} requests/s"
 
     return line
@@ -315,7 +315,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     envvar="MQ_METRICS_MAX_QUEUES",
     show_envvar=True,
     show_default=True,
-    help="Queues named in /metrics labels; the others are summed under queue=\"_other\".",
+    help='Queues named in /metrics labels; the others are summed under queue="_other".',
 )
 @click.option(
     "--min-free-bytes",

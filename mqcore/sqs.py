@@ -35,6 +35,8 @@ from mqcore.attributes import (
 )
 from mqcore.errors import InvalidAttribute, MQError
 from mqcore.names import QueueName, check_queue_name
+from mqcore.service import requests as service_requests
+from mqcore.service.requests import Limit
 
 #: Account id in queue URLs and ARNs unless configured (ElasticMQ's and LocalStack's too).
 DEFAULT_ACCOUNT_ID = "000000000000"
@@ -50,6 +52,10 @@ MAX_TAGS = 50
 PURGE_INTERVAL_MS = 60_000
 #: Largest MaxResults of ListQueues / ListDeadLetterSourceQueues (SQS: 1-1000).
 MAX_LIST_RESULTS = 1000
+#: ListMessageMoveTasks' MaxResults (SQS: 1-10).
+MOVE_TASKS_MAX_RESULTS = Limit("MaxResults", 1, 10)
+#: StartMessageMoveTask's MaxNumberOfMessagesPerSecond (SQS: 1-500; mq's own API allows more).
+REDRIVE_RATE = Limit(service_requests.REDRIVE_RATE.name, 1, min(500, service_requests.REDRIVE_RATE.high))
 
 _ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _DATA_TYPE_RE = re.compile(r"(String|Number|Binary)(\.[A-Za-z0-9_.-]{1,200})?")

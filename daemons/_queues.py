@@ -1,0 +1,447 @@
+"""The ``mq`` daemon's knowledge of its queues: ready indexes, cached metadata, watches, rescans, wake-ups.
+
+:class:`QueueStates` keeps, per queue, a :class:`QueueState` (ready index,
+cached attributes and purge point, capacity reservations) on the queue's
+:class:`Fetcher` (a lock and a thread that serialize its receives), kept fresh
+by the daemon's own sends, inotify events and a periodic rescan; and the
+long-poll and capacity notifications (:class:`Signal`): ``arrivals`` wakes
+long polls, ``room`` wakes senders waiting under a capacity. Everything runs
+on the event loop; listings and reads run on the fetcher or saver threads.
+The operations themselves are :class:`daemons._broker.Broker`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from daemons._settings import Settings
+from mqcore.attributes import QueueAttributes, effective
+from mqcore.errors import MQError, QueueNotFound
+from mqcore.fsinfo import dir_stamp, mount_of
+from mqcore.index import ReadyIndex
+from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, MessageId, QueueName, parse_ready_name
+from mqcore.protocol import LeasePolicy, Store
+from mqcore.service.receive import lease_policy
+from mqcore.watch import DirEvent, DirWatcher, open_watcher
+
+logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
+
+T = TypeVar("T")
+
+#: Queue names whose fetcher is remembered (a cache of crc32 results; cleared when full).
+MAX_CACHED_QUEUE_NAMES = 100_000
+#: Seconds between the cheap change checks of indexed queues on a shared filesystem (docs/cluster.md).
+CHANGE_CHECK_SECONDS = 0.05
+#: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
+RECENT_CHANGE_NS = 200_000_000
+#: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
+Meta = tuple[dict[str, Any], int | None, MessageId | None]
+
+
+@dataclass
+class QueueState:
+    """What this daemon knows about one queue: its ready index and its cached metadata."""
+
+    index: ReadyIndex
+    watched: bool
+    explicit: dict[str, Any]
+    attrs: QueueAttributes
+    created_ms: int | None
+    purged_before: MessageId | None
+    policy: LeasePolicy
+    meta_stale: bool = False
+    """Set by inotify when ``.attributes`` or ``.purge`` changed: re-read before the next use."""
+    sending: int = 0
+    """Sends admitted under the capacity rule and not yet published (counted as ready)."""
+
+
+class Signal:
+    """A one-shot notification that is re-armed after every firing (asyncio, loop thread only).
+
+    Waiters take :meth:`event` *before* looking at the state they wait for, so
+    a firing between the look and the wait is never missed. ``holders``
+    counts the waiters between taking the event and giving up on it
+    (:meth:`QueueStates.holding`), so the broker keeps a signal only while
+    someone holds it.
+    """
+
+    __slots__ = ("_event", "holders")
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+        self.holders = 0
+
+    def event(self) -> asyncio.Event:
+        """The event the next :meth:`fire` sets."""
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
+
+    def fire(self) -> None:
+        """Wake every current waiter (costs nothing when nobody waits)."""
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+
+class Fetcher:
+    """One fetcher of a worker pair: a lock and a thread that serialize receives of its queues."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.lock = asyncio.Lock()
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mq-fetcher-{number}")
+        self.queues: dict[QueueName, QueueState] = {}
+
+
+class QueueStates:
+    """The indexes and cached metadata of the queues this daemon served, their watches and wake-ups.
+
+    Args:
+        settings: Daemon settings (root, workers, peers, rescan interval, queue defaults).
+        store: The daemon's store.
+        savers: The saver threads (metadata reads, change checks).
+    """
+
+    def __init__(self, settings: Settings, store: Store, savers: ThreadPoolExecutor) -> None:
+        self.settings = settings
+        self.defaults = settings.queue_defaults
+        self.store = store
+        self.savers = savers
+        self.fetchers = [Fetcher(i) for i in range(settings.workers)]
+        self._fetcher_of: dict[str, Fetcher] = {}
+        self.watcher: DirWatcher | None = None
+        #: Long polls waiting for a message, per queue.
+        self.arrivals: dict[QueueName, Signal] = {}
+        #: Senders waiting for room under a capacity, per queue.
+        self.room: dict[QueueName, Signal] = {}
+        self._loading: dict[QueueName, asyncio.Task[QueueState]] = {}
+        self._early_events: dict[QueueName, list[DirEvent]] = {}
+        self._rescan_task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        #: The filesystem of the root (None if /proc/mounts cannot tell).
+        self.mount = mount_of(store.layout.root)
+        #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
+        self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
+        self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
+
+    def start(self) -> None:
+        """Attach inotify to the loop and start the periodic rescan."""
+        self.watcher = open_watcher()
+        if self.watcher is not None:
+            asyncio.get_running_loop().add_reader(self.watcher.fileno(), self.on_watch_events)
+        self._rescan_task = asyncio.create_task(self.rescan_loop(), name="mq-rescan")
+
+    def wake_all(self) -> None:
+        """Wake every waiting receive and send (mq stops: they look again and return)."""
+        for signals in (self.arrivals, self.room):
+            for signal in signals.values():
+                signal.fire()
+
+    async def close(self) -> None:
+        """Stop the rescans, the watches and the fetcher threads."""
+        self._stop.set()
+        if self._rescan_task is not None:
+            self._rescan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._rescan_task
+        if self.watcher is not None:
+            asyncio.get_running_loop().remove_reader(self.watcher.fileno())
+            self.watcher.close()
+        for fetcher in self.fetchers:
+            fetcher.thread.shutdown(wait=True)
+
+    def fetcher_for(self, queue: QueueName) -> Fetcher:
+        """The fetcher that serves ``queue`` (crc32 of the name modulo the worker count)."""
+        fetcher = self._fetcher_of.get(queue)
+        if fetcher is None:
+            if len(self._fetcher_of) >= MAX_CACHED_QUEUE_NAMES:
+                self._fetcher_of.clear()
+            fetcher = self._fetcher_of[queue] = self.fetchers[zlib.crc32(queue.encode()) % len(self.fetchers)]
+        return fetcher
+
+    async def _in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    @contextlib.contextmanager
+    def holding(self, signals: dict[QueueName, Signal], queue: QueueName) -> Iterator[asyncio.Event]:
+        """The event the next firing of ``queue``'s signal in ``signals`` sets, held for the ``with`` block.
+
+        Take it *before* looking at the state waited for. The signal stays
+        in ``signals`` while someone holds it and the last holder drops it,
+        so the maps hold only queues with waiters, never every queue ever
+        used (and a firing with nobody waiting costs one dict lookup).
+        """
+        signal = signals.get(queue)
+        if signal is None:
+            signal = signals[queue] = Signal()
+        signal.holders += 1
+        try:
+            yield signal.event()
+        finally:
+            signal.holders -= 1
+            if signal.holders == 0 and signals.get(queue) is signal:
+                del signals[queue]
+
+    def fire(self, signals: dict[QueueName, Signal], queue: QueueName) -> None:
+        signal = signals.get(queue)
+        if signal is not None:
+            signal.fire()
+
+    # -- queue state: index and cached metadata ----------------------------
+
+    def read_meta(self, queue: QueueName) -> tuple[dict[str, Any], int | None, MessageId | None]:
+        """(explicit attributes, created_ms, purged_before) of ``queue``: one read of ``.attributes``, one of
+        ``.purge`` (worker thread; QueueNotFound)."""
+        explicit, created_ms = self.store.queue_settings(queue)
+        return explicit, created_ms, self.store.purged_before(queue)
+
+    def _list_and_read(self, queue: QueueName) -> tuple[list[str], tuple[dict[str, Any], int | None, MessageId | None]]:
+        if self.change_check_seconds:
+            # Stamp first: a change during the listing changes the stamp again, and is listed next time.
+            with contextlib.suppress(OSError):
+                stamp = dir_stamp(self.store.layout.queue_dir(queue))
+                # A directory's mtime has the granularity of the kernel's coarse clock (a few ms): a change right
+                # after this stamp may leave it equal. While the mtime is recent, list again at the next check.
+                recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
+                self._stamps[queue] = None if recent else stamp
+        names = self.store.scan_ready(queue)
+        return names, self.read_meta(queue)
+
+    def apply_meta(
+        self, queue: QueueName, state: QueueState, meta: tuple[dict[str, Any], int | None, MessageId | None]
+    ) -> None:
+        explicit, created_ms, purged_before = meta
+        state.explicit = explicit
+        state.attrs = effective(explicit, self.defaults)
+        state.created_ms = created_ms
+        state.purged_before = purged_before
+        state.policy = lease_policy(state.attrs, purged_before)
+        self.fire(self.room, queue)  # the capacity may have changed
+
+    async def queue_state(self, queue: QueueName) -> QueueState:
+        """The daemon's index and metadata of ``queue``, loaded by one listing on first use.
+
+        Concurrent first users share one load. The inotify watch is set before
+        the listing, and events that arrive during it are applied after it, so
+        no file slips between them. Metadata marked stale by inotify is re-read.
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        fetcher = self.fetcher_for(queue)
+        state = fetcher.queues.get(queue)
+        if state is None:
+            task = self._loading.get(queue)
+            if task is None:
+                task = asyncio.get_running_loop().create_task(self._load_queue(fetcher, queue))
+                self._loading[queue] = task
+                task.add_done_callback(functools.partial(self._loaded, queue))
+            return await asyncio.shield(task)
+        if state.meta_stale:
+            state.meta_stale = False
+            try:
+                meta = await self._in(self.savers, self.read_meta, queue)
+            except QueueNotFound:
+                self.forget_queue(queue)
+                raise
+            except BaseException:
+                state.meta_stale = True
+                raise
+            self.apply_meta(queue, state, meta)
+        return state
+
+    def _loaded(self, queue: QueueName, task: asyncio.Task[QueueState]) -> None:
+        if self._loading.get(queue) is task:
+            del self._loading[queue]
+        if not task.cancelled():
+            task.exception()  # retrieved here: the awaiting requests got it too
+
+    async def _load_queue(self, fetcher: Fetcher, queue: QueueName) -> QueueState:
+        qdir = self.store.layout.queue_dir(queue)
+        watched = self.watcher.watch(qdir, queue) if self.watcher is not None else False
+        early: list[DirEvent] = []
+        self._early_events[queue] = early
+        try:
+            names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
+        except BaseException:
+            if self._early_events.get(queue) is early:
+                del self._early_events[queue]
+            if self.watcher is not None and fetcher.queues.get(queue) is None:
+                self.watcher.unwatch(queue)
+            raise
+        if self._early_events.get(queue) is early:
+            del self._early_events[queue]
+        attrs = effective(meta[0], self.defaults)
+        policy = lease_policy(attrs, meta[2])
+        state = QueueState(ReadyIndex(names), watched, meta[0], attrs, meta[1], meta[2], policy)
+        fetcher.queues[queue] = state
+        for event in early:
+            self._apply_to_state(queue, state, event)
+        logger.info("indexed queue=%s ready=%d inotify=%s", queue, len(state.index), watched)
+        return state
+
+    def forget_queue(self, queue: QueueName) -> None:
+        self.fetcher_for(queue).queues.pop(queue, None)
+        self._stamps.pop(queue, None)
+        if self.watcher is not None:
+            self.watcher.unwatch(queue)
+        for signals in (self.arrivals, self.room):
+            signal = signals.pop(queue, None)
+            if signal is not None:
+                signal.fire()  # waiters look again (and find the queue gone: 404)
+
+    def on_watch_events(self) -> None:
+        assert self.watcher is not None
+        for event in self.watcher.read():
+            self._apply_event(event)
+
+    def _apply_event(self, event: DirEvent) -> None:
+        if event.overflow:
+            logger.warning("inotify queue overflowed, rescanning every indexed queue")
+            asyncio.get_running_loop().create_task(self.rescan_all())
+            return
+        queue = QueueName(event.tag)
+        early = self._early_events.get(queue)
+        if early is not None:
+            early.append(event)
+            return
+        state = self.fetcher_for(queue).queues.get(queue)
+        if state is not None:
+            self._apply_to_state(queue, state, event)
+
+    def _apply_to_state(self, queue: QueueName, state: QueueState, event: DirEvent) -> None:
+        """One inotify event of ``queue``'s directory. Names starting with "." are metadata, never messages."""
+        if event.dir_gone:
+            self.forget_queue(queue)
+            return
+        name = event.name
+        if name.startswith("."):
+            if event.arrived and name in (ATTRIBUTES_FILE, PURGE_FILE):
+                state.meta_stale = True
+                self.fire(self.room, queue)  # a waiting sender re-reads the capacity
+            return
+        if event.arrived:
+            if parse_ready_name(name) is not None:
+                state.index.add(name)
+                self.fire(self.arrivals, queue)
+        elif event.left and name in state.index:
+            state.index.discard(name)
+            self.fire(self.room, queue)
+
+    def note_ready(self, queue: QueueName, *names: str) -> None:
+        """This daemon made ``names`` ready in ``queue`` (its renames are done): index them and wake long polls.
+
+        On a queue watched by inotify, the names are taken from the events
+        the renames queued, read now (so a receive right after finds them).
+        Adding them here as well could bring back a name that a long poll,
+        woken by such an event before this call, has already leased: a
+        stale entry counted as ready (and against the capacity) until a
+        receive or a rescan dropped it.
+        """
+        state = self.fetcher_for(queue).queues.get(queue)
+        if state is not None:
+            if self.watcher is not None and self.watcher.watching(queue):
+                self.on_watch_events()
+            else:
+                state.index.update(names)
+        self.fire(self.arrivals, queue)
+
+    async def rescan_loop(self) -> None:
+        interval = self.settings.rescan_interval_seconds
+        loop = asyncio.get_running_loop()
+        next_full = loop.time() + interval
+        while not self._stop.is_set():
+            timeout = next_full - loop.time()
+            if self.change_check_seconds:
+                timeout = min(timeout, self.change_check_seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=max(timeout, 0))
+            if self._stop.is_set():
+                break
+            try:
+                if loop.time() >= next_full:
+                    await self.rescan_all()
+                    next_full = loop.time() + interval
+                else:
+                    await self.rescan_changed()
+            except (MQError, OSError) as exc:  # OSError: e.g. ENOTCONN from a lost FUSE mount; retried next time
+                logger.error("rescan failed error=%s", exc)
+
+    async def rescan_all(self) -> None:
+        """List every indexed queue again, re-read its metadata, and bring its index in line with the listing.
+
+        Names the index missed are added (long polls are woken). Names the
+        index held before the listing started and the listing did not find
+        are dropped (senders waiting for room are woken): another process
+        took them, and without inotify (NFS across hosts, ``MQ_NO_INOTIFY``)
+        nothing else would tell this daemon, whose ready count, oldest age
+        and capacity check would stay inflated for ever. Names noted while
+        the listing ran stay: they may have arrived after it read their part
+        of the directory.
+        """
+        for fetcher in self.fetchers:
+            for queue in list(fetcher.queues):
+                await self._rescan_queue(fetcher, queue)
+
+    async def rescan_changed(self) -> None:
+        """Rescan (as :meth:`rescan_all`) only the indexed queues whose directory changed since its last listing.
+
+        On a shared filesystem inotify misses other hosts' sends, leases and
+        deletes; one ``stat`` per indexed queue every ``CHANGE_CHECK_SECONDS``
+        finds them (the directory's mtime changes with every entry added or
+        removed, docs/protocol.md section 13), so a message sent through
+        another host is delivered here within about that interval plus the
+        filesystem's attribute delay, instead of a ``--rescan-interval``.
+        """
+        indexed = [(fetcher, queue) for fetcher in self.fetchers for queue in list(fetcher.queues)]
+        if not indexed:
+            return
+
+        def changed() -> list[int]:
+            out = []
+            for i, (_, queue) in enumerate(indexed):
+                try:
+                    stamp = dir_stamp(self.store.layout.queue_dir(queue))
+                except OSError:
+                    out.append(i)  # gone or unreadable: the rescan finds out which
+                    continue
+                if self._stamps.get(queue) != stamp:
+                    out.append(i)
+            return out
+
+        for i in await self._in(self.savers, changed):
+            await self._rescan_queue(*indexed[i])
+
+    async def _rescan_queue(self, fetcher: Fetcher, queue: QueueName) -> None:
+        listed = fetcher.queues.get(queue)
+        if listed is None:
+            return
+        mark = listed.index.mark()
+        try:
+            names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
+        except QueueNotFound:
+            self.forget_queue(queue)
+            return
+        state = fetcher.queues.get(queue)
+        if state is None:
+            return
+        self.apply_meta(queue, state, meta)
+        gone = state.index.drop_unlisted(mark, names) if state is listed else []
+        before = len(state.index)
+        state.index.update(names)
+        if gone:
+            logger.info("rescan dropped queue=%s gone=%d", queue, len(gone))
+            self.fire(self.room, queue)
+        if len(state.index) > before:
+            logger.info("rescan found queue=%s new=%d", queue, len(state.index) - before)
+            self.fire(self.arrivals, queue)

@@ -1,0 +1,180 @@
+"""Sends of the ``mq`` daemon (SQS SendMessage, SendMessageBatch): capacity admission, group commit, indexing.
+
+:class:`Sender` admits sends under a queue's capacity
+(:func:`mqcore.service.capacity.admit`; a full queue waits on its ``room``
+signal up to ``capacity_wait_seconds``), writes the files on the saver
+threads and publishes a batch with one directory fsync, then indexes the new
+ready names and wakes the queue's long polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import TYPE_CHECKING
+
+from daemons import _runtime
+from daemons._queues import QueueState
+from mqcore.errors import MQError, QueueNotFound
+from mqcore.names import MessageId, QueueName, ready_name
+from mqcore.protocol import PendingMessage, SendEntry
+from mqcore.service.capacity import admit, queue_full
+
+if TYPE_CHECKING:
+    from daemons._broker import Broker
+
+
+class Sender:
+    """The send operations of a :class:`daemons._broker.Broker` (event loop only).
+
+    Args:
+        broker: The broker: store, saver threads, queue states, health, counts.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.queues = broker.queues
+
+    async def _reserve(self, queue: QueueName, state: QueueState, wanted: int) -> tuple[QueueState, int]:
+        """Admit up to ``wanted`` sends under the queue's capacity; wait for room up to capacity_wait_seconds.
+
+        Returns:
+            (the state the reservation is counted on, how many were admitted: 0 = the queue stayed full).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + state.attrs.capacity_wait_seconds
+        while True:
+            taken = admit(state.attrs.capacity, len(state.index), state.sending, wanted)
+            if taken:
+                state.sending += taken
+                return state, taken
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.broker.stopping:
+                return state, 0
+            with self.queues.holding(self.queues.room, queue) as room_made:
+                await _runtime.wait_for_wake(room_made, remaining)
+            state = await self.queues.queue_state(queue)
+
+    async def send(
+        self,
+        queue: QueueName,
+        body: bytes,
+        content_type: str | None = None,
+        attributes: dict[str, str] | None = None,
+        delay_ms: int = 0,
+        attribute_types: dict[str, str] | None = None,
+    ) -> MessageId:
+        """Store a message durably (fsynced) and index it; return its id (SQS SendMessage).
+
+        Args:
+            queue: The queue.
+            body: Body bytes (size checked by the caller).
+            content_type: Stored Content-Type, or None.
+            attributes: Checked user attributes, or None.
+            delay_ms: Invisible for this long (0-900,000 ms); held in ``delay/`` meanwhile.
+            attribute_types: SQS DataType of attributes that are not plain ``String``, or None.
+        Raises:
+            QueueNotFound: No such queue.
+            QueueFull: The queue stayed at capacity for capacity_wait_seconds (429; never for a delayed send).
+            StorageUnavailable: It could not be guaranteed stored (503).
+            InsufficientStorage: Free space is below ``--min-free-bytes`` (507).
+        """
+        broker = self.broker
+        broker.health.check_send()
+        state = await self.queues.queue_state(queue)
+        admitted = 0
+        if delay_ms == 0:  # a delayed message is not ready: capacity never holds or refuses it
+            state, admitted = await self._reserve(queue, state, 1)
+            if not admitted:
+                broker.counts.add("capacity_rejected", queue)
+                raise queue_full(queue, state.attrs)
+        try:
+            message_id = await broker.run_in(
+                broker.savers,
+                lambda: broker.store.send(queue, body, content_type, attributes or None, delay_ms, attribute_types),
+            )
+            if delay_ms == 0:
+                self.queues.note_ready(queue, ready_name(message_id, 0))
+        finally:
+            state.sending -= admitted
+        broker.counts.add("sent", queue)
+        return message_id
+
+    async def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
+        """Send several messages with one group commit (SQS SendMessageBatch); a result per entry, in order.
+
+        Of the entries without a delay, those that do not fit under the
+        queue's capacity (after waiting up to capacity_wait_seconds for any
+        room) get QueueFull, the first ones in entry order being sent. Delayed
+        entries are never held or refused: capacity counts ready messages only.
+
+        Raises:
+            QueueNotFound: No such queue.
+            InsufficientStorage: Free space is below ``--min-free-bytes`` (507; nothing sent).
+        """
+        self.broker.health.check_send()
+        state = await self.queues.queue_state(queue)
+        immediate = [i for i, entry in enumerate(entries) if entry.delay_ms == 0]
+        admitted = 0
+        if immediate:
+            state, admitted = await self._reserve(queue, state, len(immediate))
+        refused = set(immediate[admitted:])
+        chosen = [i for i in range(len(entries)) if i not in refused]
+        stored: list[MessageId | MQError] = []
+        try:
+            if chosen:
+                stored = await self._store_batch(queue, [entries[i] for i in chosen])
+                ready = [
+                    ready_name(result, 0)
+                    for i, result in zip(chosen, stored, strict=True)
+                    if isinstance(result, str) and entries[i].delay_ms == 0
+                ]
+                self.queues.note_ready(queue, *ready)
+        finally:
+            state.sending -= admitted
+        by_entry = dict(zip(chosen, stored, strict=True))
+        self.broker.counts.add("sent", queue, sum(isinstance(result, str) for result in stored))
+        self.broker.counts.add("capacity_rejected", queue, len(refused))
+        full = queue_full(queue, state.attrs)
+        return [by_entry.get(i, full) for i in range(len(entries))]
+
+    async def _store_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
+        """Write a batch's files on several saver threads at once, then publish them with one directory fsync.
+
+        The ids are taken first, in entry order, so the batch keeps its order
+        (FIFO) whichever write finishes first; each write fsyncs its own file
+        and the writes' fsyncs overlap. ``Store.publish_many`` then renames
+        them all and fsyncs each target directory once (group commit).
+
+        Raises:
+            QueueNotFound: No such queue (nothing is written).
+        """
+        store, savers = self.broker.store, self.broker.savers
+        if not await self.broker.run_in(savers, store.queue_exists, queue):
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        ids = [store.ids.next_id() for _ in entries]
+        loop = asyncio.get_running_loop()
+        writes = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    savers, functools.partial(store.write_new, queue, e.body, e.content_type, e.attributes, message_id)
+                )
+                for e, message_id in zip(entries, ids, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        results: list[MessageId | MQError] = []
+        written: list[tuple[int, PendingMessage, int]] = []
+        for i, (entry, outcome) in enumerate(zip(entries, writes, strict=True)):
+            if isinstance(outcome, MQError):
+                results.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                results.append(outcome.message_id)
+                written.append((i, outcome, entry.delay_ms))
+        published = await self.broker.run_in(savers, store.publish_many, [(p, d) for _, p, d in written])
+        for (i, _, _), error in zip(written, published, strict=True):
+            if error is not None:
+                results[i] = error
+        return results

@@ -1,0 +1,116 @@
+"""Receipt handles: the check where a handle enters, and the memory of where each lease is now.
+
+A receipt handle is parsed once, where it enters (an HTTP route, the SQS
+layer, a client call), by :func:`check_handle` (= ``ReceiptHandle.parse``:
+malformed, or of another queue or message, is ``InvalidReceiptHandle``, 400);
+past the edge code passes the :class:`~mqcore.names.ReceiptHandle`.
+
+A change of visibility renames the lease's ``delay/`` file, so a handle no
+longer names its file; the Store finds it again by the lease key (one listing
+of ``delay/``). :class:`LeaseMemory` remembers the current name of this
+process's leases, so the usual delete or change of visibility is a single
+rename with no listing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from mqcore.model import ReceivedMessage
+from mqcore.names import QueueName, ReceiptHandle
+
+__all__ = ["MAX_REMEMBERED_LEASES", "LeaseMemory", "check_handle"]
+
+#: How many leases (and receipt handles) a process remembers the current ``delay/`` name of.
+MAX_REMEMBERED_LEASES = 100_000
+
+
+def check_handle(text: object, queue: QueueName, message_id: str | None = None) -> ReceiptHandle:
+    """Parse a receipt handle sent for ``queue`` (and for ``message_id`` if the request names one).
+
+    Raises:
+        InvalidReceiptHandle: Not a handle a receive returns, or of another queue or message
+            (HTTP 400 ``invalid_receipt_handle``; SQS ``ReceiptHandleIsInvalid``).
+    """
+    return ReceiptHandle.parse(text, queue, message_id)
+
+
+class _Lease:
+    """One lease's current ``delay/`` name, shared by every key that reaches it."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, current: str) -> None:
+        self.current = current
+
+
+class LeaseMemory:
+    """Where this process's leases are now: receipt handle -> current ``delay/`` name, and (queue, id) -> same.
+
+    Bounded (least recently used first out); a miss only costs the Store a
+    listing of ``delay/``. Safe across threads.
+
+    Args:
+        limit: Most handles (and most messages) remembered.
+    """
+
+    def __init__(self, limit: int = MAX_REMEMBERED_LEASES) -> None:
+        self.limit = limit
+        self._by_handle: OrderedDict[str, _Lease] = OrderedDict()
+        self._by_message: OrderedDict[tuple[str, str], _Lease] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_handle)
+
+    def _put(self, handle: str, queue: str, message_id: str, lease: _Lease) -> None:
+        self._by_handle[handle] = lease
+        self._by_handle.move_to_end(handle)
+        key = (queue, message_id)
+        self._by_message[key] = lease
+        self._by_message.move_to_end(key)
+        for table in (self._by_handle, self._by_message):
+            while len(table) > self.limit:
+                table.popitem(last=False)
+
+    def received(self, message: ReceivedMessage) -> None:
+        """A receive leased ``message``: its handle names its file."""
+        with self._lock:
+            self._put(message.receipt_handle, message.queue, message.message_id, _Lease(message.in_flight_name))
+
+    def current(self, handle: ReceiptHandle | str) -> str | None:
+        """The remembered current ``delay/`` name of ``handle``'s lease, or None."""
+        with self._lock:
+            lease = self._by_handle.get(str(handle))
+            return lease.current if lease is not None else None
+
+    def hints(self, handles: Iterable[str]) -> dict[str, str]:
+        """handle -> current ``delay/`` name, for the ``handles`` remembered."""
+        with self._lock:
+            return {h: lease.current for h in handles if (lease := self._by_handle.get(h)) is not None}
+
+    def moved(self, handle: ReceiptHandle, current: str) -> None:
+        """A change of visibility renamed ``handle``'s lease to ``current`` (which is also a valid handle now)."""
+        with self._lock:
+            lease = self._by_handle.get(handle.text)
+            if lease is None:
+                lease = _Lease(current)
+                self._put(handle.text, handle.queue, handle.message_id, lease)
+            lease.current = current
+            self._put(current, handle.queue, handle.message_id, lease)
+
+    def released(self, handle: ReceiptHandle) -> None:
+        """``handle``'s lease ended here (deleted, or made visible again): forget it."""
+        with self._lock:
+            lease = self._by_handle.pop(handle.text, None)
+            if lease is not None:
+                self._by_handle.pop(lease.current, None)
+            self._by_message.pop((handle.queue, handle.message_id), None)
+
+    def pop_message(self, queue: QueueName, message_id: str) -> str | None:
+        """Forget the lease of ``message_id`` (it is being deleted by id); its current name, or None."""
+        with self._lock:
+            lease = self._by_message.pop((queue, message_id), None)
+            return lease.current if lease is not None else None
