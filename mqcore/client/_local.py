@@ -17,7 +17,12 @@ background happens here on the call that needs it, in the modules beside this on
   waits, and the operations (generators) the calls that wait are written as;
 - ``_local_redrive``: redrive runs synchronously and returns its final status.
 
-:class:`~mqcore.client._local_async.AsyncLocalClient` is the asyncio twin.
+The rules of a request (argument ranges, receipt-handle checks, capacity
+admission, attempt records and their lock, the dead-letter and retention
+policy, redrive tasks, the ``GET /{queue}`` answer) are :mod:`mqcore.service`'s,
+the same code the ``mq`` daemon drives; these modules drive them synchronously
+and add the waiting. :class:`~mqcore.client._local_async.AsyncLocalClient` is
+the asyncio twin.
 Queue defaults are :class:`QueueAttributes()` (the daemon's defaults when it
 runs without options). Errors are the :mod:`mqcore.errors` classes the HTTP
 API would answer for the same mistake.
@@ -30,27 +35,24 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes, effective
-from mqcore.client._local_receive import HandleHints, Receiver, reap_message, reap_queue
+from mqcore.attributes import QueueAttributes, effective
+from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, reap_message, reap_queue
 from mqcore.client._local_redrive import RedriveRunner
-from mqcore.client._local_send import Sender, check_int, json_body
+from mqcore.client._local_send import Sender, json_body
 from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Watches, drive
 from mqcore.client._types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
-from mqcore.names import (
-    MAX_PARTITIONS,
-    IdGenerator,
-    MessageId,
-    QueueName,
-    check_message_id,
-    check_partition,
-    check_queue_name,
-    is_queue_prefix,
-    parse_receipt_handle,
-    sent_ms_of,
+from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name
+from mqcore.protocol import DEFAULT_PEEK_LIMIT, PeekedFile, Store, now_ms
+from mqcore.service.handles import LeaseMemory, check_handle
+from mqcore.service.queues import queue_stats
+from mqcore.service.requests import (
+    PEEK_LIMIT,
+    VISIBILITY_TIMEOUT_SECONDS,
+    check_after,
+    check_partition_args,
+    check_prefix,
 )
-from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, Store, now_ms
-from mqcore.redrive import present_redrive_status
 
 __all__ = ["RESCAN_INTERVAL_SECONDS", "LocalClient"]
 
@@ -77,44 +79,21 @@ def _as_peeked(message: PeekedFile) -> PeekedMessage:
 
 
 def _queue_stats(store: Store, defaults: QueueAttributes, name: QueueName) -> dict[str, Any]:
-    """``LocalClient.queue_stats`` of an existing queue, counted from its files."""
+    """``LocalClient.queue_stats`` of an existing queue, counted from its files (:func:`mqcore.service.queue_stats`)."""
     explicit, created_ms = store.queue_settings(name)
     names = store.scan_ready(name)
     in_flight, delayed = store.count_delay(name).get(name, (0, 0))
-    redrive = store.read_redrive_status(name)
-    now = now_ms()
-    age = None
-    if names:
-        oldest = min(names).partition(".")[0]
-        age = round(max(0, now - sent_ms_of(MessageId(oldest))) / 1000, 3)
-    return {
-        "queue": name,
-        "ready": len(names),
-        "in_flight": in_flight,
-        "delayed": delayed,
-        "oldest_ready_age_seconds": age,
-        "created_ms": created_ms,
-        "attributes": effective(explicit, defaults).to_json(),
-        "redrive": present_redrive_status(redrive, now),
-    }
-
-
-def _peek_args(
-    limit: int, partition: int | None, partitions: int | None, after: str | None
-) -> tuple[int, tuple[int, int] | None, MessageId | None]:
-    """Check ``LocalClient.peek``'s arguments as ``GET /{queue}/peek`` does: (limit, partition split, after)."""
-    size = check_int(limit, "limit", 1, MAX_PEEK_LIMIT)
-    split = check_partition(
-        None if partition is None else check_int(partition, "partition", 0, MAX_PARTITIONS - 1),
-        None if partitions is None else check_int(partitions, "partitions", 1, MAX_PARTITIONS),
+    return queue_stats(
+        name,
+        ready=len(names),
+        oldest_ready=min(names) if names else None,
+        in_flight=in_flight,
+        delayed=delayed,
+        created_ms=created_ms,
+        attrs=effective(explicit, defaults),
+        redrive=store.read_redrive_status(name),
+        now=now_ms(),
     )
-    start: MessageId | None = None
-    if after is not None:
-        try:
-            start = check_message_id(after)
-        except InvalidRequest as exc:
-            raise InvalidRequest(f"after must be a message id: {exc.message}", parameter="after") from None
-    return size, split, start
 
 
 def _each(
@@ -157,11 +136,11 @@ class LocalClient:
         self.defaults = QueueAttributes()
         self.root = self.store.layout.root
         self._watches = Watches(self.store)
-        self._hints = HandleHints()
+        self._leases = LeaseMemory(MAX_REMEMBERED_LEASES)
         #: Sends (their operations are also run by the asyncio client).
         self.sender = Sender(self.store, self.defaults, self._watches)
         #: Receives (their operations are also run by the asyncio client).
-        self.receiver = Receiver(self.store, self.defaults, self._watches, self._hints)
+        self.receiver = Receiver(self.store, self.defaults, self._watches, self._leases)
         self._redrive = RedriveRunner(self.store)
 
     def __repr__(self) -> str:
@@ -188,12 +167,7 @@ class LocalClient:
         Raises:
             InvalidRequest: ``prefix`` is not 0-80 characters of ``[A-Za-z0-9_-]``.
         """
-        if not is_queue_prefix(prefix):
-            raise InvalidRequest(
-                "prefix must be 0-80 characters of A-Z, a-z, 0-9, '-' and '_' (a queue name prefix)",
-                parameter="prefix",
-            )
-        return list(self.store.list_queues(prefix))
+        return list(self.store.list_queues(check_prefix(prefix)))
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None) -> bool:
         """Create a queue, optionally with attributes (SQS CreateQueue; idempotent).
@@ -420,10 +394,10 @@ class LocalClient:
             StorageUnavailable: The delete could not be made durable.
         """
         name = check_queue_name(queue)
-        parsed = parse_receipt_handle(receipt_handle)
-        self.store.delete_by_handle(name, receipt_handle, self._hints.get(receipt_handle))
-        self._hints.forget(receipt_handle)
-        reap_message(self.store, name, parsed.message_id)
+        handle = check_handle(receipt_handle, name)
+        self.store.delete_by_handle(name, handle.text, self._leases.current(handle))
+        self._leases.released(handle)
+        reap_message(self.store, name, handle.message_id)
 
     def delete_by_id(self, queue: str, message_id: str) -> None:
         """Delete a message by id wherever it is: ready, in flight, delayed or being written (SoftLayer).
@@ -469,17 +443,16 @@ class LocalClient:
             QueueNotFound: The queue was deleted.
         """
         name = check_queue_name(queue)
-        timeout = check_int(
-            timeout_seconds, "visibility_timeout_seconds", 0, MAX_VISIBILITY_TIMEOUT_SECONDS, key="field"
-        )
+        timeout = VISIBILITY_TIMEOUT_SECONDS.check(timeout_seconds, key="field")
+        handle = check_handle(receipt_handle, name)
         now = now_ms()
         current = self.store.change_visibility(
-            name, receipt_handle, timeout * 1000, now=now, hint=self._hints.get(receipt_handle)
+            name, handle.text, timeout * 1000, now=now, hint=self._leases.current(handle)
         )
         if timeout == 0:
-            self._hints.forget(receipt_handle)
+            self._leases.released(handle)
             return now
-        self._hints.remember(receipt_handle, current)
+        self._leases.moved(handle, current)
         return now + timeout * 1000
 
     def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
@@ -534,8 +507,9 @@ class LocalClient:
             QueueNotFound: No such queue.
         """
         name = check_queue_name(queue)
-        size, split, start = _peek_args(limit, partition, partitions, after)
-        files, next_after = self.store.peek(name, after=start, limit=size, partition=split)
+        size = PEEK_LIMIT.check(limit)
+        split = check_partition_args(partition, partitions)
+        files, next_after = self.store.peek(name, after=check_after(after), limit=size, partition=split)
         return PeekPage([_as_peeked(f) for f in files], next_after)
 
     def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:

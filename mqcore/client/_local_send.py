@@ -13,49 +13,30 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mqcore.attributes import (
-    MAX_CONTENT_TYPE_CHARS,
-    MAX_DELAY_SECONDS,
-    QueueAttributes,
-    attributes_size,
-    check_message_attributes,
-    effective,
-    is_content_type,
-)
+from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Blocking, Op, Watches, poll_op
 from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, QueueFull
 from mqcore.names import QueueName, check_queue_name
 from mqcore.protocol import SendEntry, Store
+from mqcore.service.capacity import SendReservations, queue_full
+from mqcore.service.requests import (
+    DetailKey,
+    Limit,
+    check_content_type,
+    check_message_size,
+    entry_size,
+    send_entry,
+)
 
 #: Most entries one chunk of ``send_batch`` may hold (the daemon's ``--max-batch-messages`` cap).
 MAX_BATCH_SIZE = 1000
-
-
-def check_int(value: object, name: str, low: int, high: int, *, key: str = "parameter") -> int:
-    """``value`` if it is an int (not a bool) in ``low..high``.
-
-    Raises:
-        InvalidRequest: Anything else (``details[key]`` names the argument, as the HTTP API's
-            ``details.parameter`` or ``details.field``).
-    """
-    if type(value) is not int or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be an integer {low}-{high}, got {value!r}", **{key: name})
-    return value
-
-
-def _check_content_type(content_type: object) -> str | None:
-    if content_type is None:
-        return None
-    if not isinstance(content_type, str) or not is_content_type(content_type):
-        raise InvalidRequest(
-            f"content_type must be 1-{MAX_CONTENT_TYPE_CHARS} printable ASCII characters", field="content_type"
-        )
-    return content_type
+#: ``send_batch``'s ``batch_size``: entries per group commit.
+BATCH_SIZE = Limit("batch_size", 1, MAX_BATCH_SIZE)
 
 
 def _encode_body(body: object, content_type: str | None) -> tuple[bytes, str | None]:
@@ -74,13 +55,6 @@ def _encode_body(body: object, content_type: str | None) -> tuple[bytes, str | N
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body), content_type
     raise TypeError(f"a message body is bytes or str, not {type(body).__name__}")
-
-
-def _message_attributes(attributes: object) -> dict[str, str]:
-    """Checked user attributes (SQS's rules, ``check_message_attributes``); {} for None."""
-    if isinstance(attributes, Mapping):
-        attributes = dict(attributes)
-    return check_message_attributes(attributes)
 
 
 def json_body(value: Any) -> bytes:
@@ -124,54 +98,40 @@ class Sender:
         self.store = store
         self.defaults = defaults
         self.watches = watches
-        self._sending: dict[QueueName, int] = {}
+        self._reservations = SendReservations()
         self._capacity_lock = threading.Lock()
 
     def attributes(self, queue: QueueName) -> QueueAttributes:
         """Effective attributes of ``queue`` (QueueNotFound)."""
         return effective(self.store.get_attributes(queue), self.defaults)
 
-    # -- capacity -----------------------------------------------------------------------
+    # -- capacity (mqcore.service.capacity) --------------------------------------------------
 
     def _queue_full(self, queue: QueueName) -> QueueFull:
         try:
             attrs = self.attributes(queue)
         except MQError:
             attrs = self.defaults
-        return QueueFull(
-            f"queue {queue!r} holds its capacity of {attrs.capacity} ready messages and no room was made "
-            f"within {attrs.capacity_wait_seconds} s",
-            queue=queue,
-            capacity=attrs.capacity,
-        )
+        return queue_full(queue, attrs)
 
     def _reserve(self, queue: QueueName, wanted: int) -> tuple[int, QueueAttributes]:
         """Admit up to ``wanted`` sends under the queue's capacity now (no waiting).
 
-        Room = capacity - ready files - this client's sends in progress (the
-        broker's rule; other processes' sends are seen once published).
+        Room = capacity - ready files - this client's sends in progress
+        (:func:`mqcore.service.capacity.admit`; other processes' sends are seen once published).
 
         Returns:
             (how many were admitted, to be given back with :meth:`_release`; the attributes read).
         """
         attrs = self.attributes(queue)
-        with self._capacity_lock:
-            taken = wanted
-            if attrs.capacity is not None:
-                room = attrs.capacity - len(self.store.scan_ready(queue)) - self._sending.get(queue, 0)
-                taken = max(0, min(room, wanted))
-            if taken:
-                self._sending[queue] = self._sending.get(queue, 0) + taken
-        return taken, attrs
+        with self._capacity_lock:  # no release between the listing and the count (a published send counts once)
+            ready = len(self.store.scan_ready(queue)) if attrs.capacity is not None else 0
+            return self._reservations.reserve(queue, attrs.capacity, ready, wanted), attrs
 
     def _release(self, queue: QueueName, admitted: int) -> None:
         if admitted:
             with self._capacity_lock:
-                left = self._sending.get(queue, 0) - admitted
-                if left > 0:
-                    self._sending[queue] = left
-                else:
-                    self._sending.pop(queue, None)
+                self._reservations.release(queue, admitted)
 
     def _admit_op(self, queue: QueueName, wanted: int) -> Op[int]:
         """Admit up to ``wanted`` sends; wait up to capacity_wait_seconds for any room (0 = the queue stayed full)."""
@@ -189,18 +149,12 @@ class Sender:
     # -- one message ----------------------------------------------------------------------
 
     def _prepare_send(self, queue: str, message: BatchEntry) -> tuple[QueueName, SendEntry]:
-        """Check a single send in the HTTP API's order: name, queue, delay, attributes, size."""
+        """Check a single send: name, queue, then the message (:func:`mqcore.service.requests.send_entry`), size."""
         name = check_queue_name(queue)
         attrs = self.attributes(name)
-        delay = attrs.delay_seconds
-        if message.delay_seconds is not None:
-            delay = check_int(message.delay_seconds, "delay_seconds", 0, MAX_DELAY_SECONDS)
-        message_attributes = _message_attributes(message.attributes)
-        data, ctype = _encode_body(message.body, _check_content_type(message.content_type))
-        size = len(data) + attributes_size(message_attributes)
-        if size > attrs.max_message_bytes:
-            raise MessageTooLarge(size, attrs.max_message_bytes)
-        return name, SendEntry(data, ctype, message_attributes or None, delay * 1000)
+        entry = self._entry(message, attrs, "parameter")
+        check_message_size(entry_size(entry), attrs)
+        return name, entry
 
     def send_op(self, queue: str, message: BatchEntry) -> Op[str]:
         """``LocalClient.send`` as an operation: check, wait for room (no delay only), store; the message id."""
@@ -221,20 +175,13 @@ class Sender:
 
     # -- batches -----------------------------------------------------------------------------
 
-    def _prepare_entry(self, entry: bytes | str | BatchEntry, default_delay: int) -> SendEntry:
-        if isinstance(entry, BatchEntry):
-            body, content_type, attributes, delay = (
-                entry.body,
-                entry.content_type,
-                entry.attributes,
-                entry.delay_seconds,
-            )
-        else:
-            body, content_type, attributes, delay = entry, None, None, None
-        delay = default_delay if delay is None else check_int(delay, "delay_seconds", 0, MAX_DELAY_SECONDS, key="field")
-        data, ctype = _encode_body(body, _check_content_type(content_type))
-        message_attributes = _message_attributes(attributes)
-        return SendEntry(data, ctype, message_attributes or None, delay * 1000)
+    @staticmethod
+    def _entry(message: bytes | str | BatchEntry, attrs: QueueAttributes, delay_key: DetailKey = "field") -> SendEntry:
+        """One message checked as the HTTP API checks it (content type, attributes, delay)."""
+        if not isinstance(message, BatchEntry):
+            message = BatchEntry(message)
+        data, ctype = _encode_body(message.body, check_content_type(message.content_type))
+        return send_entry(data, ctype, message.attributes, message.delay_seconds, attrs, delay_key=delay_key)
 
     def _prepare_chunk(self, queue: QueueName, chunk: Sequence[bytes | str | BatchEntry]) -> _Chunk:
         """Check one request's entries as ``POST /{queue}/messages/batch`` does (QueueNotFound for the whole)."""
@@ -242,13 +189,15 @@ class Sender:
         entries: list[SendEntry | MQError] = []
         for entry in chunk:
             try:
-                entries.append(self._prepare_entry(entry, attrs.delay_seconds))
+                entries.append(self._entry(entry, attrs))
             except MQError as exc:
                 entries.append(exc)
         valid = [e for e in entries if isinstance(e, SendEntry)]
-        total = sum(len(e.body) + attributes_size(e.attributes or {}) for e in valid)
-        too_large = MessageTooLarge(total, attrs.max_message_bytes) if total > attrs.max_message_bytes else None
-        return _Chunk(entries, too_large)
+        try:
+            check_message_size(sum(entry_size(e) for e in valid), attrs)
+        except MessageTooLarge as exc:
+            return _Chunk(entries, exc)
+        return _Chunk(entries, None)
 
     def _store_chunk(self, queue: QueueName, chunk: _Chunk, admitted: int) -> list[str | MQError]:
         """Write and publish the admitted entries of ``chunk`` with one group commit; a result per entry."""
@@ -293,7 +242,7 @@ class Sender:
     ) -> Op[list[str | MQError]]:
         """``LocalClient.send_batch`` as an operation: chunks of ``batch_size``; a result per entry."""
         name = check_queue_name(queue)
-        size = check_int(batch_size, "batch_size", 1, MAX_BATCH_SIZE)
+        size = BATCH_SIZE.check(batch_size)
         items = list(entries)
         results: list[str | MQError] = []
         for start in range(0, len(items), size):
