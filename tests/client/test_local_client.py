@@ -659,3 +659,15 @@ async def test_async_cancelled_waits_leave_nothing_behind(root: Path) -> None:
         await client.send("jobs", b"3")  # the cancelled send holds no room
         sent = await client.send("idle", b"x")
         assert [m.message_id for m in await client.receive("idle")] == [sent]  # the cancelled poll leased nothing
+
+
+async def test_async_attempt_retry_waits_for_the_first_try(root: Path) -> None:
+    """A retry sent while the first try still long-polls waits for it, then receives the same message."""
+    async with AsyncLocalClient(root) as client:
+        await client.create_queue("jobs")
+        tries = [asyncio.create_task(client.receive("jobs", wait_time_seconds=20, attempt_id="a")) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        sent = await client.send("jobs", b"x")  # a thread is free for it while both tries wait
+        got = await asyncio.gather(*tries)
+    assert [[m.message_id for m in batch] for batch in got] == [[sent], [sent]]
+    assert sorted(m.receive_count for batch in got for m in batch) == [1, 2]
