@@ -33,8 +33,9 @@ from mqcore.errors import QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, ReceiptHandle, parse_in_flight_name, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
-from mqcore.service.attempts import KeyedLocks, load_attempt, record_attempt, relet
+from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
 from mqcore.service.handles import LeaseMemory
+from mqcore.service.plans import run_async
 from mqcore.service.queues import queue_stats
 from mqcore.service.receive import lease_names
 from mqcore.service.requests import ReceiveArgs, ReceiveRequest
@@ -106,6 +107,10 @@ class Broker:
     async def run_in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a thread of ``pool`` (the savers, or a queue's fetcher thread)."""
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    async def in_saver(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on a saver thread (how the daemon runs a plan's blocking work)."""
+        return await asyncio.get_running_loop().run_in_executor(self.savers, fn)
 
     async def queue_state(self, queue: QueueName) -> QueueState:
         """The daemon's index and metadata of ``queue`` (:meth:`daemons._queues.QueueStates.queue_state`).
@@ -368,14 +373,13 @@ class Broker:
         if request.attempt_id is None:
             return await self._receive_waiting(request)
         async with self._attempt_locks.holding_async((queue, request.attempt_id)):
-            attempt = await self.run_in(self.savers, load_attempt, self.store, request)
-            if attempt is None:
-                messages = await self._receive_waiting(request)
-            else:
-                messages = await self._relet(request, attempt.handles)
-            if messages:
-                await self.run_in(self.savers, record_attempt, self.store, request, messages, attempt)
-            return messages
+            return await run_async(attempted_receive(self.store, request), self.in_saver, self._attempt_step)
+
+    async def _attempt_step(self, op: ReceiveNew | Relet) -> list[ReceivedMessage]:
+        """An operation of :func:`mqcore.service.attempts.attempted_receive`: a new receive, or a retry's."""
+        if isinstance(op, Relet):
+            return await self._relet(op.request, op.handles)
+        return await self._receive_waiting(op.request)
 
     async def _relet(self, request: ReceiveRequest, handles: list[str]) -> list[ReceivedMessage]:
         """Receive again the messages of earlier receives (an attempt-id retry), on the queue's fetcher."""

@@ -15,7 +15,6 @@ through :class:`RedriveHost`, so this module does not import it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -25,11 +24,11 @@ from typing import Any, Protocol, TypeVar
 
 from daemons import _runtime
 from daemons._queues import QueueStates
-from mqcore.errors import MQError, QueueNotFound, RedriveInProgress
+from mqcore.errors import QueueNotFound, RedriveInProgress
 from mqcore.names import QueueName
 from mqcore.protocol import Store, now_ms
-from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS
 from mqcore.service import redrive as rules
+from mqcore.service.plans import run_async
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
@@ -43,8 +42,6 @@ class _Redrive:
     status: dict[str, Any]
     task: asyncio.Task[None] | None = None
     cancel: bool = False
-    replaced: bool = False
-    """Another task's status replaced this one's: stop without writing (the other task goes on)."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -159,114 +156,64 @@ class RedriveRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, source: QueueName, redrive: _Redrive) -> None:
-        """The redrive task: oldest first, at most ``max_messages_per_second``, status every 0.5 s.
+        """The redrive task: :func:`mqcore.service.redrive.redrive_task` driven on the event loop.
 
-        Ends "completed" when the queue has no ready message left (messages
-        without a known or existing destination are skipped and stay),
-        "cancelled" when a cancel request naming it is seen at a status write
-        (or one is made through this daemon), "failed" on an error or when mq stops.
+        Status reads and writes run on the saver threads, the moves on the
+        queue's fetcher thread (:meth:`step`); a pause ends early when a
+        cancel is made through this daemon. A deleted queue ends it quietly;
+        any other error is logged (the plan recorded state "failed").
         """
         loop = asyncio.get_running_loop()
-        status = redrive.status
-        destination = status["destination"]
-        skipped: set[str] = set()
-        pacer = rules.RedrivePacer(status["max_messages_per_second"], loop.time())
+        plan = rules.redrive_task(self.host.store, redrive.status, loop.time, lambda: redrive.cancel)
+
+        async def handle(op: rules.Pause | rules.MoveOldest | rules.AnyLeft) -> object:
+            if isinstance(op, rules.Pause):
+                redrive.wake.clear()
+                return await _runtime.wait_for_wake(redrive.wake, op.seconds)
+            if isinstance(op, rules.MoveOldest):
+                return await self.step(op)
+            return not await self.done(op.source, op.skipped)
+
         try:
-            while True:
-                if pacer.status_due(loop.time()):
-                    if await self._cancelled(source, redrive):
-                        break
-                    await self._write(source, status)
-                    pacer.wrote(loop.time())
-                if redrive.cancel:
-                    break
-                wait = pacer.wait_seconds(loop.time())
-                if wait > 0:
-                    redrive.wake.clear()
-                    await _runtime.wait_for_wake(redrive.wake, min(wait, REDRIVE_STATUS_INTERVAL_SECONDS))
-                    continue
-                tried = await self.step(source, destination, pacer.allowance(loop.time()), status, skipped)
-                if tried == 0:
-                    if await self.done(source, skipped):
-                        status["state"] = "completed"
-                        break
-                    continue
-                pacer.tried += tried
-            if redrive.replaced:
-                # Two redrives were started at once through two daemons: the status file holds
-                # the other one, which goes on. Writing ours now would make it stop too.
-                logger.info("redrive yielded queue=%s moved=%d (another task runs)", source, status["moved"])
-                return
-            rules.finish(status)
-            await self._write(source, status)
-            logger.info(
-                "redrive %s queue=%s moved=%d skipped=%d", status["state"], source, status["moved"], status["skipped"]
-            )
-        except asyncio.CancelledError:
-            status.update(state="failed", error="mq stopped (or the queue was deleted) while the redrive ran")
-            with contextlib.suppress(MQError, RuntimeError):
-                await self._write(source, status)
-            raise
+            await run_async(plan, self._blocking, handle)
         except QueueNotFound:
-            logger.info("redrive ended: queue=%s was deleted", source)
-        except Exception as exc:
+            pass
+        except Exception:
             logger.exception("redrive failed queue=%s", source)
-            status.update(state="failed", error=str(exc))
-            with contextlib.suppress(MQError):
-                await self._write(source, status)
 
-    async def _cancelled(self, source: QueueName, redrive: _Redrive) -> bool:
-        """True if this task must stop (:func:`mqcore.service.redrive.stop_reason`, or a cancel made here).
-
-        Called before each status write. "replaced" (the status file names
-        another task) also sets ``redrive.replaced``: the task then stops
-        without writing its status, so the other goes on.
-        """
-        if not redrive.cancel:
-            reason = await self._in(rules.stop_reason, self.host.store, source, redrive.status)
-            redrive.cancel = reason is not None
-            redrive.replaced = reason == "replaced"
-        return redrive.cancel
-
-    async def _write(self, source: QueueName, status: dict[str, Any]) -> None:
-        await self._in(rules.write_status, self.host.store, source, status, now_ms())
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.host.savers, fn)
 
     # -- the moves, on the queue's fetcher thread under its lock ----------------------
 
-    async def step(
-        self, source: QueueName, destination: QueueName | None, wanted: int, status: dict[str, Any], skipped: set[str]
-    ) -> int:
-        """Move up to ``wanted`` of the oldest ready messages not in ``skipped``; count them into ``status``.
-
-        Returns:
-            How many names were tried (0: the index has none left).
-        """
+    async def step(self, op: rules.MoveOldest) -> list[rules.RedriveMove]:
+        """Move up to ``op.wanted`` of the oldest ready messages not in ``op.skipped`` ([]: the index has none)."""
+        source, skipped = op.source, op.skipped
         queues = self.host.queues
         fetcher = queues.fetcher_for(source)
         async with fetcher.lock:
             state = await queues.queue_state(source)
             names: list[str] = []
             held: list[str] = []
-            while len(names) < wanted:
+            while len(names) < op.wanted:
                 name = state.index.pop_oldest()
                 if name is None:
                     break
                 (held if name in skipped else names).append(name)
             state.index.update(held)
             if not names:
-                return 0
+                return []
             loop = asyncio.get_running_loop()
             moves = await loop.run_in_executor(
-                fetcher.thread, rules.move_names, self.host.store, source, names, destination
+                fetcher.thread, rules.move_names, self.host.store, source, names, op.destination
             )
-        rules.tally(status, moves, skipped)
         for move in moves:
             if move.moved_to is not None:
                 queues.note_ready(*move.moved_to)
             elif move.stays:
                 state.index.add(move.name)
         queues.fire(queues.room, source)
-        return len(names)
+        return moves
 
     async def done(self, source: QueueName, skipped: set[str]) -> bool:
         """True if a fresh listing finds no ready message left (other than skipped ones)."""

@@ -66,13 +66,9 @@ class Sender:
     ) -> MessageId:
         """Store a message durably (fsynced) and index it; return its id (SQS SendMessage).
 
-        Args:
-            queue: The queue.
-            body: Body bytes (size checked by the caller).
-            content_type: Stored Content-Type, or None.
-            attributes: Checked user attributes, or None.
-            delay_ms: Invisible for this long (0-900,000 ms); held in ``delay/`` meanwhile.
-            attribute_types: SQS DataType of attributes that are not plain ``String``, or None.
+        The arguments are :meth:`mqcore.protocol.Store.send`'s, checked by the caller
+        (size, attributes; ``delay_ms`` 0-900,000, the message held in ``delay/`` meanwhile).
+
         Raises:
             QueueNotFound: No such queue.
             QueueFull: The queue stayed at capacity for capacity_wait_seconds (429; never for a delayed send).

@@ -21,12 +21,15 @@ statistics and redrive tasks out of dead-letter queues. Every state lives in
 the folder tree (``docs/protocol.md``); the daemon holds only caches, waiters
 and the one redrive task it runs per dead-letter queue.
 
-The code is in four modules, each importing only the ones after it:
+The code is in these modules, each importing only the ones after it:
 ``front`` (this one, the entry point: settings from the command line, the
-routes, serving), ``daemons._http`` (request checks, the error middleware,
-the route handlers), ``daemons._broker`` (the state above: indexes, watches,
-waiters, leases, fetchers) and ``daemons._redrive`` (the redrive tasks);
-``daemons._settings`` holds the checked settings the first three share.
+routes, serving), ``daemons._http`` and ``daemons._sqs`` (request parsing, the
+error middleware, the route handlers), ``daemons._broker`` (one method per
+operation; the leases), ``daemons._send`` (sends and capacity waits),
+``daemons._redrive`` (the redrive tasks) and ``daemons._queues`` (indexes,
+watches, rescans, waiters, fetchers); ``daemons._settings`` holds the checked
+settings they share. The rules of every operation are ``mqcore.service``'s,
+shared with the brokerless client.
 """
 
 from __future__ import annotations

@@ -36,17 +36,21 @@ File transitions (send, lease, delete, visibility,     :mod:`mqcore.protocol` (d
 purge, attempts and redrive files)
 Errors: codes, HTTP statuses, Retry-After              :mod:`mqcore.errors`
 SQS wire words (JSON and query protocols)              :mod:`mqcore.sqs`, :mod:`mqcore.sqs_query`
+How a rule that interleaves file work with waiting     :mod:`mqcore.service.plans` (sans-I/O generators:
+(attempted receive, redrive task) is run               ``run_sync``, ``run_async``)
 Waiting (long polls, capacity waits), threads, HTTP    the drivers: ``daemons/`` and ``mqcore/client/_local.py``
 =====================================================  =============================================
 """
 
 from __future__ import annotations
 
-from mqcore.service.attempts import Attempt, KeyedLocks, load_attempt, record_attempt, relet
+from mqcore.service.attempts import Attempt, KeyedLocks, attempted_receive, load_attempt, record_attempt, relet
 from mqcore.service.capacity import SendReservations, admit, queue_full
 from mqcore.service.handles import LeaseMemory, check_handle
+from mqcore.service.plans import Blocking, run_async, run_sync
 from mqcore.service.queues import queue_stats
 from mqcore.service.receive import LeaseOutcome, lease_names, lease_policy, redeliver_due
+from mqcore.service.redrive import RedrivePacer, redrive_task
 from mqcore.service.requests import (
     DELAY_SECONDS,
     MAX_MESSAGES,
@@ -68,14 +72,17 @@ __all__ = [
     "VISIBILITY_TIMEOUT_SECONDS",
     "WAIT_TIME_SECONDS",
     "Attempt",
+    "Blocking",
     "KeyedLocks",
     "LeaseMemory",
     "LeaseOutcome",
     "Limit",
     "ReceiveArgs",
     "ReceiveRequest",
+    "RedrivePacer",
     "SendReservations",
     "admit",
+    "attempted_receive",
     "check_handle",
     "check_receive",
     "lease_names",
@@ -85,5 +92,8 @@ __all__ = [
     "queue_stats",
     "record_attempt",
     "redeliver_due",
+    "redrive_task",
     "relet",
+    "run_async",
+    "run_sync",
 ]

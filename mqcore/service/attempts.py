@@ -6,16 +6,11 @@ with fresh receipt handles and receive count + 1) instead of new ones. The
 record of what an attempt returned lives in ``attempts/`` (docs/protocol.md,
 :meth:`mqcore.protocol.Store.save_attempt`).
 
-A driver runs one attempted receive as::
-
-    with locks.holding((queue, attempt_id)):          # or ``async with locks.holding_async(...)``
-        attempt = load_attempt(store, request)          # blocking: a thread in the daemon
-        if attempt is None:
-            messages = <a new receive, waiting as the driver waits>
-        else:
-            messages = relet(store, request, attempt.handles, policy, hints)
-        record_attempt(store, request, messages, attempt)
-
+The whole rule is the plan :func:`attempted_receive` (:mod:`mqcore.service.plans`):
+load the record, then either receive anew (:class:`ReceiveNew`, the driver's
+waiting receive) or receive the recorded messages again (:class:`Relet`, the
+driver calls :func:`relet` where it leases), then record what was returned.
+A driver runs it under its :class:`KeyedLocks` lock of ``(queue, attempt_id)``.
 The file work is in these functions; the waiting and the threads are the driver's.
 """
 
@@ -31,11 +26,21 @@ from typing import Any, Generic, TypeVar
 from mqcore.errors import InvalidReceiptHandle, MQError
 from mqcore.model import ReceivedMessage
 from mqcore.protocol import LeasePolicy, Store
+from mqcore.service.plans import Blocking, Plan
 from mqcore.service.requests import ReceiveRequest
 
 logger = logging.getLogger("mq.service")
 
-__all__ = ["Attempt", "KeyedLocks", "load_attempt", "record_attempt", "relet"]
+__all__ = [
+    "Attempt",
+    "KeyedLocks",
+    "ReceiveNew",
+    "Relet",
+    "attempted_receive",
+    "load_attempt",
+    "record_attempt",
+    "relet",
+]
 
 
 L = TypeVar("L")
@@ -188,3 +193,43 @@ def record_attempt(
         )
     except MQError as exc:
         logger.error("receive attempt not recorded queue=%s error=%s", request.queue, exc)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveNew:
+    """Operation of :func:`attempted_receive`: receive new messages as the driver does (waiting up to
+    ``request.wait_time_seconds``); send back the list received."""
+
+    request: ReceiveRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Relet:
+    """Operation of :func:`attempted_receive`: receive again the messages of ``handles`` (:func:`relet`,
+    where the driver leases, with its hints); send back the list received."""
+
+    request: ReceiveRequest
+    handles: list[str]
+
+
+def attempted_receive(store: Store, request: ReceiveRequest) -> Plan[list[ReceivedMessage]]:
+    """The plan of a receive with an attempt id (SQS ReceiveRequestAttemptId), for :mod:`mqcore.service.plans`.
+
+    Yields :class:`~mqcore.service.plans.Blocking` (the record's read and
+    write), then one :class:`ReceiveNew` (no record within 5 minutes) or one
+    :class:`Relet` (a retry: at most ``max_messages`` of the recorded handles;
+    the others stay recorded). The caller holds the ``(queue, attempt_id)``
+    lock around it, so a retry waits for the first try's record.
+
+    Returns:
+        The messages received.
+    """
+    attempt: Attempt | None = yield Blocking(lambda: load_attempt(store, request))
+    messages: list[ReceivedMessage]
+    if attempt is None:
+        messages = yield ReceiveNew(request)
+    else:
+        messages = yield Relet(request, attempt.handles)
+    if messages:
+        yield Blocking(lambda: record_attempt(store, request, messages, attempt))
+    return messages

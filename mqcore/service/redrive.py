@@ -10,36 +10,36 @@ adds the task's life over the Store: start (:func:`begin_redrive`), pacing
 (:class:`RedrivePacer`), moves (:func:`move_names`), stop checks
 (:func:`stop_reason`), status writes and cancel (:func:`request_cancel`).
 
-The daemon (``daemons/_redrive.py``) runs a task as an asyncio task and the
+The task itself is the plan :func:`redrive_task` (:mod:`mqcore.service.plans`):
+the daemon (``daemons/_redrive.py``) runs it as an asyncio task with the
 moves on the queue's fetcher thread; the brokerless client runs it inside its
-call. Both run the same loop::
-
-    pacer = RedrivePacer(rate, started=clock())
-    while True:
-        if pacer.status_due(clock()):
-            if stop_reason(store, source, status): break
-            write_status(store, source, status, now_ms()); pacer.wrote(clock())
-        wait = pacer.wait_seconds(clock())
-        if wait > 0: sleep(min(wait, REDRIVE_STATUS_INTERVAL_SECONDS)); continue
-        names = <up to pacer.allowance(clock()) oldest ready names, not skipped>
-        if not names: <completed if a fresh listing finds none> ...
-        tally(status, move_names(store, source, names, destination), skipped); pacer.tried += len(names)
+call. Each driver answers three operations its own way: :class:`Pause`,
+:class:`MoveOldest` and :class:`AnyLeft`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mqcore.errors import InvalidRequest, QueueNotFound, RedriveInProgress, RedriveNotRunning
+from mqcore.errors import InvalidRequest, MQError, QueueNotFound, RedriveInProgress, RedriveNotRunning
 from mqcore.names import QueueName
-from mqcore.protocol import Store
+from mqcore.protocol import Store, now_ms
 from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS, present_redrive_status, redrive_running
+from mqcore.service.plans import Blocking, Plan
+
+logger = logging.getLogger("mq.service")
 
 __all__ = [
     "REDRIVE_CHUNK",
+    "AnyLeft",
+    "MoveOldest",
+    "Pause",
     "RedriveMove",
     "RedrivePacer",
     "begin_redrive",
@@ -48,6 +48,7 @@ __all__ = [
     "move_names",
     "new_status",
     "read_status",
+    "redrive_task",
     "request_cancel",
     "stop_reason",
     "tally",
@@ -273,3 +274,107 @@ class RedrivePacer:
     def allowance(self, now: float, chunk: int = REDRIVE_CHUNK) -> int:
         """How many names the next step may try now: what the rate allows so far, 1 to ``chunk``."""
         return max(1, min(int((now - self.started) * self.rate) + 1 - self.tried, chunk))
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Operation of :func:`redrive_task`: wait ``seconds`` (a cancel made in this process may end it early)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MoveOldest:
+    """Operation of :func:`redrive_task`: move up to ``wanted`` of the oldest ready names of ``source`` not in
+    ``skipped`` (:func:`move_names`, where the driver moves); send back the moves ([] when none was left)."""
+
+    source: QueueName
+    destination: QueueName | None
+    wanted: int
+    skipped: set[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AnyLeft:
+    """Operation of :func:`redrive_task`: does a fresh listing of ``source`` find ready names not in ``skipped``?
+    Send back the bool."""
+
+    source: QueueName
+    skipped: set[str]
+
+
+def redrive_task(
+    store: Store,
+    status: dict[str, Any],
+    clock: Callable[[], float],
+    cancelled: Callable[[], bool] = lambda: False,
+    wall_ms: Callable[[], int] = now_ms,
+) -> Plan[StopReason | None]:
+    """The plan of a redrive task (for :mod:`mqcore.service.plans`): oldest first, paced, status every 0.5 s.
+
+    Ends "completed" when no ready message is left (skipped ones stay),
+    "cancelled" when a cancel request names it (or ``cancelled()`` says one
+    was made in this process), and returns "replaced" without writing when
+    the status file names another task. On an error the status says "failed"
+    (with the error; "mq stopped" when the driver was cancelled) and the
+    error is raised again; a deleted queue (QueueNotFound) is only logged
+    and raised.
+
+    Args:
+        store: The store.
+        status: The task's status (:func:`begin_redrive`), updated in place.
+        clock: Monotonic seconds (the driver's clock).
+        cancelled: True once a cancel was made through this process.
+        wall_ms: Epoch ms for ``updated_ms``.
+    Returns:
+        "replaced", "cancelled" or None (completed).
+    """
+    source: QueueName = status["source"]
+    skipped: set[str] = set()
+    pacer = RedrivePacer(status["max_messages_per_second"], clock())
+    reason: StopReason | None = None
+    try:
+        while True:
+            if pacer.status_due(clock()):
+                reason = "cancelled" if cancelled() else (yield Blocking(lambda: stop_reason(store, source, status)))
+                if reason is not None:
+                    break
+                yield Blocking(lambda: write_status(store, source, status, wall_ms()))
+                pacer.wrote(clock())
+            if cancelled():
+                reason = "cancelled"
+                break
+            wait = pacer.wait_seconds(clock())
+            if wait > 0:
+                yield Pause(min(wait, REDRIVE_STATUS_INTERVAL_SECONDS))
+                continue
+            moves: list[RedriveMove] = yield MoveOldest(
+                source, status["destination"], pacer.allowance(clock()), skipped
+            )
+            if moves:
+                tally(status, moves, skipped)
+                pacer.tried += len(moves)
+            elif not (yield AnyLeft(source, skipped)):
+                status["state"] = "completed"
+                break
+        if reason == "replaced":
+            # Two redrives were started at once: the status file holds the other one, which goes
+            # on. Writing ours now would make it stop too.
+            logger.info("redrive yielded queue=%s moved=%d (another task runs)", source, status["moved"])
+            return reason
+        finish(status)
+        yield Blocking(lambda: write_status(store, source, status, wall_ms()))
+        logger.info(
+            "redrive %s queue=%s moved=%d skipped=%d", status["state"], source, status["moved"], status["skipped"]
+        )
+        return reason
+    except QueueNotFound:
+        logger.info("redrive ended: queue=%s was deleted", source)
+        raise
+    except BaseException as exc:
+        stopped = not isinstance(exc, Exception)
+        error = "mq stopped (or the queue was deleted) while the redrive ran" if stopped else str(exc)
+        status.update(state="failed", error=error or type(exc).__name__)
+        with contextlib.suppress(MQError, RuntimeError):
+            yield Blocking(lambda: write_status(store, source, status, wall_ms()))
+        raise

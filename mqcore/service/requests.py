@@ -349,7 +349,11 @@ def partition_from_query(params: dict[str, str]) -> tuple[int, int] | None:
     Raises:
         InvalidRequest: Only one of them, or out of range (``details.parameter``).
     """
-    wide = Limit("partitions", 0, 10**9)  # any digits first: check_partition words the range error
-    partitions = wide.from_text(params.get("partitions"))
-    partition = Limit("partition", 0, 10**9).from_text(params.get("partition"))
+    partitions = _ANY_PARTITIONS.from_text(params.get("partitions"))
+    partition = _ANY_PARTITION.from_text(params.get("partition"))
     return check_partition(partition, partitions)
+
+
+# Query text is first read as any digits; check_partition then words the range error.
+_ANY_PARTITIONS = Limit("partitions", 0, 10**9)
+_ANY_PARTITION = Limit("partition", 0, 10**9)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,10 @@ from mqcore.errors import (
     RedriveInProgress,
     RedriveNotRunning,
 )
+from mqcore.model import ReceivedMessage
 from mqcore.names import QueueName, ReceiptHandle, ready_name
 from mqcore.protocol import Store, now_ms
-from mqcore.service import attempts, capacity, handles, queues, receive, redrive, requests
+from mqcore.service import attempts, capacity, handles, plans, queues, receive, redrive, requests
 from mqcore.service.requests import (
     DELAY_SECONDS,
     MAX_MESSAGES,
@@ -381,3 +383,90 @@ def test_redrive_task_over_the_store(store: Store) -> None:
     with pytest.raises(RedriveNotRunning):
         redrive.request_cancel(store, DLQ, now_ms())
     assert redrive.stop_reason(store, DLQ, {"task_id": "another"}) == "replaced"
+
+
+# -- plans: the same rule run by a synchronous driver (the daemon runs them with run_async) -----------
+
+
+def test_run_sync_throws_an_operations_error_into_the_plan() -> None:
+    def plan() -> plans.Plan[str]:
+        try:
+            yield "explode"
+        except ValueError as exc:
+            text = f"caught {exc}"
+            got = yield plans.Blocking(lambda: text)
+            return str(got)
+        return "not reached"
+
+    def handle(op: object) -> object:
+        raise ValueError(op)
+
+    assert plans.run_sync(plan(), handle) == "caught explode"
+
+
+def test_attempted_receive_plan(store: Store) -> None:
+    store.send(Q, b"1")
+    policy = receive.lease_policy(QueueAttributes(), None)
+    request = check_receive(1, attempt_id="plan").resolve(Q, QueueAttributes())
+
+    def handle(op: attempts.ReceiveNew | attempts.Relet) -> list[ReceivedMessage]:
+        if isinstance(op, attempts.Relet):
+            return attempts.relet(store, op.request, op.handles, policy)
+        return receive.lease_names(store, Q, store.scan_ready(Q), VT_MS, policy, wanted=1).messages
+
+    first = plans.run_sync(attempts.attempted_receive(store, request), handle)
+    again = plans.run_sync(attempts.attempted_receive(store, request), handle)
+    assert [m.message_id for m in again] == [m.message_id for m in first] and again[0].receive_count == 2
+
+
+def _sync_redrive_ops(store: Store, now: list[float]) -> Callable[[object], object]:
+    """A brokerless-style handler of the redrive plan's operations, on a clock the test moves."""
+
+    def handle(op: object) -> object:
+        if isinstance(op, redrive.Pause):
+            now[0] += op.seconds
+            return None
+        if isinstance(op, redrive.MoveOldest):
+            names = sorted(n for n in store.scan_ready(op.source) if n not in op.skipped)[: op.wanted]
+            return redrive.move_names(store, op.source, names, op.destination)
+        assert isinstance(op, redrive.AnyLeft)
+        return any(n not in op.skipped for n in store.scan_ready(op.source))
+
+    return handle
+
+
+def test_redrive_task_plan_completes_at_its_pace(store: Store) -> None:
+    other = QueueName("other")
+    store.create_queue(other)
+    for i in range(5):
+        store.send(DLQ, b"%d" % i)
+    now = [0.0]
+    status = redrive.begin_redrive(store, DLQ, other, 2, 5, now_ms())
+    plan = redrive.redrive_task(store, status, lambda: now[0])
+    assert plans.run_sync(plan, _sync_redrive_ops(store, now)) is None
+    assert (status["state"], status["moved"], status["skipped"]) == ("completed", 5, 0)
+    assert 2.0 <= now[0] <= 2.5  # 5 messages at 2 per second
+    assert redrive.read_status(store, DLQ, now_ms())["state"] == "completed"  # type: ignore[index]
+    assert len(store.scan_ready(other)) == 5 and store.scan_ready(DLQ) == []
+
+
+def test_redrive_task_plan_yields_to_another_task_and_records_failures(store: Store) -> None:
+    store.send(DLQ, b"x")
+    store.send(DLQ, b"y")
+    now = [0.0]
+    status = redrive.begin_redrive(store, DLQ, Q, 1, 2, now_ms())
+    store.write_redrive_status(DLQ, redrive.new_status(DLQ, Q, 1, 2, now_ms(), task_id="the-other-one"))
+    plan = redrive.redrive_task(store, status, lambda: now[0])
+    assert plans.run_sync(plan, _sync_redrive_ops(store, now)) == "replaced"
+    assert redrive.read_status(store, DLQ, now_ms())["task_id"] == "the-other-one"  # type: ignore[index]
+
+    store.write_redrive_status(DLQ, {**status, "state": "completed"})
+    status = redrive.begin_redrive(store, DLQ, Q, 1, 1, now_ms())
+
+    def broken(op: object) -> object:
+        raise OSError("disk on fire")
+
+    with pytest.raises(OSError, match="disk on fire"):
+        plans.run_sync(redrive.redrive_task(store, status, lambda: now[0]), broken)
+    shown = redrive.read_status(store, DLQ, now_ms())
+    assert shown is not None and shown["state"] == "failed" and shown["error"] == "disk on fire"
