@@ -371,11 +371,11 @@ class LocalClient:
             QueueNotFound: No such queue (also when it is deleted during the wait).
             StorageUnavailable: The receive failed and nothing was received.
         """
-        return drive(
-            self.receiver.receive_op(
-                queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
-            )
+        receiver = self.receiver
+        op = receiver.receive_op(
+            queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
         )
+        return drive(op, receiver.expand)
 
     # -- delete and visibility ------------------------------------------------------------
 

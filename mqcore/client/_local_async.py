@@ -14,16 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from mqcore.client._local import LocalClient
 from mqcore.client._local_send import json_body
-from mqcore.client._local_waiters import Blocking, Op, Sleep, Stepper
+from mqcore.client._local_waiters import Op, Sleep, Undoable
 from mqcore.client._types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import MQError
 from mqcore.protocol import DEFAULT_PEEK_LIMIT
+from mqcore.service.plans import run_async
 
 __all__ = ["AsyncLocalClient"]
 
@@ -44,15 +45,13 @@ async def _sleep(step: Sleep) -> None:
             await asyncio.wait_for(event.wait(), step.timeout_seconds)
 
 
-async def _call(step: Blocking[T]) -> T:
+async def _call(step: Undoable[T]) -> T:
     """Run ``step``'s file work in a worker thread; if the caller is cancelled meanwhile, undo its result."""
-    future = asyncio.ensure_future(asyncio.to_thread(step.call))
-    undo = step.undo
-    if undo is None:
-        return await future
+    future = asyncio.ensure_future(asyncio.to_thread(step.fn))
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
+        undo = step.undo
 
         def give_back(done: asyncio.Future[T]) -> None:
             if not done.cancelled() and done.exception() is None:
@@ -62,13 +61,19 @@ async def _call(step: Blocking[T]) -> T:
         raise
 
 
-async def _drive(op: Op[T]) -> T:
-    """Run ``op`` on the event loop (the asyncio twin of :func:`mqcore.client._local_waiters.drive`)."""
-    stepper = Stepper(op)
-    while (step := stepper.next()) is not None:
-        with stepper.outcome():
-            stepper.value = await (_call(step) if isinstance(step, Blocking) else _sleep(step))
-    return stepper.result
+async def _drive(op: Op[T], expand: Callable[[Any], Op[Any]] | None = None) -> T:
+    """Run ``op`` on the event loop (:func:`mqcore.service.plans.run_async`), the twin of ``_local_waiters.drive``."""
+
+    async def handle(step: Any) -> Any:
+        if isinstance(step, Sleep):
+            return await _sleep(step)
+        if isinstance(step, Undoable):
+            return await _call(step)
+        if expand is None:
+            raise TypeError(f"no handler for {step!r}")
+        return await run_async(expand(step), asyncio.to_thread, handle)
+
+    return await run_async(op, asyncio.to_thread, handle)
 
 
 class AsyncLocalClient:
@@ -173,11 +178,11 @@ class AsyncLocalClient:
         partitions: int | None = None,
     ) -> list[Message]:
         """See :meth:`LocalClient.receive` (long polling is awaited on the loop, not in a thread)."""
-        return await _drive(
-            self.sync.receiver.receive_op(
-                queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
-            )
+        receiver = self.sync.receiver
+        op = receiver.receive_op(
+            queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
         )
+        return await _drive(op, receiver.expand)
 
     async def delete(self, queue: str, receipt_handle: str) -> None:
         """See :meth:`LocalClient.delete`."""

@@ -28,13 +28,14 @@ import threading
 from typing import Any
 
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.client._local_waiters import Blocking, Op, Watches, poll_op
+from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
 from mqcore.client._types import Message
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, check_queue_name, removed_name
 from mqcore.protocol import LeasePolicy, Store, now_ms
-from mqcore.service.attempts import Attempt, KeyedLocks, load_attempt, record_attempt, relet
+from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
 from mqcore.service.handles import LeaseMemory
+from mqcore.service.plans import Blocking
 from mqcore.service.receive import in_partition, lease_names, lease_policy, redeliver_due
 from mqcore.service.requests import ReceiveRequest, check_receive
 
@@ -127,27 +128,37 @@ class Receiver:
             return messages  # type: ignore[no-any-return]  # a step's result is Any
         return (yield from poll_op(self.watches, request.queue, "arrivals", request.wait_time_seconds, look))
 
-    def _relet(self, request: ReceiveRequest, attempt: Attempt) -> list[ReceivedMessage]:
-        """Receive again the messages of a retried attempt (fresh handles, receive count + 1)."""
-        hints = self.leases.hints(attempt.handles)
-        return relet(self.store, request, attempt.handles, self._policy(request.queue), hints)
+    def expand(self, step: ReceiveNew | Relet) -> Op[list[ReceivedMessage]]:
+        """The operation doing what a step of :func:`~mqcore.service.attempts.attempted_receive` asks.
+
+        Raises:
+            TypeError: Not a step of that plan.
+        """
+        if isinstance(step, ReceiveNew):
+            return self._waiting_op(step.request)
+        if isinstance(step, Relet):
+            return self._relet_op(step)
+        raise TypeError(f"no handler for {step!r}")
+
+    def _relet(self, step: Relet) -> list[ReceivedMessage]:
+        """Receive again the messages of a retried attempt (fresh handles, receive count + 1), with the hints."""
+        hints = self.leases.hints(step.handles)
+        return relet(self.store, step.request, step.handles, self._policy(step.request.queue), hints)
+
+    def _relet_op(self, step: Relet) -> Op[list[ReceivedMessage]]:
+        messages: list[ReceivedMessage] = yield Blocking(lambda: self._relet(step))
+        return messages
 
     def _attempt_op(self, request: ReceiveRequest, attempt_id: str) -> Op[list[ReceivedMessage]]:
-        """A receive with an attempt id: re-let its record's messages, or receive and record (one at a time per id)."""
+        """A receive with an attempt id (:func:`~mqcore.service.attempts.attempted_receive`), one at a time per id."""
         holding = self._attempt_locks.holding((request.queue, attempt_id))
 
         def leave(_: object = None) -> None:
             holding.__exit__(None, None, None)
 
-        yield Blocking(holding.__enter__, leave)  # a retry waits here for the first try to end
+        yield Undoable(holding.__enter__, leave)  # a retry waits here for the first try to end
         try:
-            attempt: Attempt | None = yield Blocking(lambda: load_attempt(self.store, request))
-            if attempt is None:
-                messages = yield from self._waiting_op(request)
-            else:
-                messages = yield Blocking(lambda: self._relet(request, attempt))
-            yield Blocking(lambda: record_attempt(self.store, request, messages, attempt))
-            return messages
+            return (yield from attempted_receive(self.store, request))
         finally:
             leave()
 

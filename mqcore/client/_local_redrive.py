@@ -2,7 +2,9 @@
 
 The rules (start, status record, pacing, moves, stop and cancel) are
 :mod:`mqcore.service.redrive`'s, shared with the daemon (``daemons/_redrive.py``);
-this module is their synchronous driver. The status lives in
+this module drives the task's plan (:func:`~mqcore.service.redrive.redrive_task`)
+synchronously: pauses are ``time.sleep``, moves take the oldest names of one
+listing of the dead-letter queue at a time. The status lives in
 ``queues/DLQ/.redrive`` (docs/protocol.md 15.10), so daemons and other
 brokerless processes see the task, refuse a second one while it runs, and can
 cancel it.
@@ -10,17 +12,16 @@ cancel it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from typing import Any
 
-from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import QueueName, check_queue_name
 from mqcore.protocol import Store, now_ms
-from mqcore.redrive import DEFAULT_REDRIVE_RATE, REDRIVE_STATUS_INTERVAL_SECONDS
+from mqcore.redrive import DEFAULT_REDRIVE_RATE
 from mqcore.service import redrive as rules
+from mqcore.service.plans import run_sync
 from mqcore.service.requests import REDRIVE_RATE
 
 logger = logging.getLogger(__name__)
@@ -58,48 +59,27 @@ class RedriveRunner:
         return self._run(source, dest, status)
 
     def _run(self, source: QueueName, destination: QueueName | None, status: dict[str, Any]) -> dict[str, Any]:
-        """Run the task: oldest first, paced by :class:`~mqcore.service.redrive.RedrivePacer`, status every 0.5 s."""
-        pacer = rules.RedrivePacer(status["max_messages_per_second"], time.monotonic())
-        skipped: set[str] = set()
-        pending: list[str] = []
-        stop: rules.StopReason | None = None
-        try:
-            while True:
-                if pacer.status_due(time.monotonic()):
-                    stop = rules.stop_reason(self.store, source, status)
-                    if stop is not None:
-                        break
-                    rules.write_status(self.store, source, status, now_ms())
-                    pacer.wrote(time.monotonic())
-                wait = pacer.wait_seconds(time.monotonic())
-                if wait > 0:
-                    time.sleep(min(wait, REDRIVE_STATUS_INTERVAL_SECONDS))
-                    continue
-                if not pending:
-                    pending = sorted(n for n in self.store.scan_ready(source) if n not in skipped)
-                    if not pending:
-                        status["state"] = "completed"
-                        break
-                allowed = pacer.allowance(time.monotonic())
-                names, pending = pending[:allowed], pending[allowed:]
-                rules.tally(status, rules.move_names(self.store, source, names, destination), skipped)
-                pacer.tried += len(names)
-        except QueueNotFound:
-            logger.info("redrive ended: queue=%s was deleted", source)
-            raise
-        except BaseException as exc:
-            status.update(state="failed", error=str(exc) or type(exc).__name__)
-            with contextlib.suppress(MQError):
-                rules.write_status(self.store, source, status, now_ms())
-            raise
-        if stop == "replaced":
-            logger.info("redrive yielded queue=%s moved=%d (another task runs)", source, status["moved"])
-            return dict(status)
-        rules.finish(status)
-        rules.write_status(self.store, source, status, now_ms())
-        logger.info(
-            "redrive %s queue=%s moved=%d skipped=%d", status["state"], source, status["moved"], status["skipped"]
-        )
+        """Run the task (:func:`mqcore.service.redrive.redrive_task`) in this thread; its final status."""
+        pending: list[str] = []  # the oldest ready names of the last listing, not yet tried
+
+        def move_oldest(step: rules.MoveOldest) -> list[rules.RedriveMove]:
+            nonlocal pending
+            if not pending:
+                pending = sorted(n for n in self.store.scan_ready(source) if n not in step.skipped)
+            names, pending = pending[: step.wanted], pending[step.wanted :]
+            return rules.move_names(self.store, source, names, destination) if names else []
+
+        def handle(step: Any) -> Any:
+            if isinstance(step, rules.Pause):
+                time.sleep(step.seconds)
+                return None
+            if isinstance(step, rules.MoveOldest):
+                return move_oldest(step)
+            if isinstance(step, rules.AnyLeft):
+                return any(n not in step.skipped for n in self.store.scan_ready(source))
+            raise TypeError(f"no handler for {step!r}")
+
+        run_sync(rules.redrive_task(self.store, status, time.monotonic), handle)
         return dict(status)
 
     def status(self, queue: str) -> dict[str, Any] | None:

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.client._local_waiters import Blocking, Op, Watches, poll_op
+from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
 from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, QueueFull
 from mqcore.names import QueueName, check_queue_name
 from mqcore.protocol import SendEntry, Store
 from mqcore.service.capacity import SendReservations, queue_full
+from mqcore.service.plans import Blocking
 from mqcore.service.requests import (
     DetailKey,
     Limit,
@@ -135,13 +136,13 @@ class Sender:
 
     def _admit_op(self, queue: QueueName, wanted: int) -> Op[int]:
         """Admit up to ``wanted`` sends; wait up to capacity_wait_seconds for any room (0 = the queue stayed full)."""
-        first: tuple[int, QueueAttributes] = yield Blocking(
+        first: tuple[int, QueueAttributes] = yield Undoable(
             lambda: self._reserve(queue, wanted), lambda r: self._release(queue, r[0])
         )
         taken, attrs = first
         if taken or attrs.capacity_wait_seconds <= 0:
             return taken
-        look: Blocking[tuple[int, int | None]] = Blocking(
+        look: Undoable[tuple[int, int | None]] = Undoable(
             lambda: (self._reserve(queue, wanted)[0], None), lambda r: self._release(queue, r[0])
         )
         return (yield from poll_op(self.watches, queue, "room", attrs.capacity_wait_seconds, look))

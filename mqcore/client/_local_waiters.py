@@ -6,28 +6,31 @@ client, read by one background thread) and wakes its :class:`Waiter` objects.
 
 The calls that may wait (send, send_batch, receive) are written once, as
 *operations*: generators that yield the steps they need and are sent each
-step's result (the style of :mod:`mqcore.client._http`). A step is either
-:class:`Blocking` (file work) or :class:`Sleep` (wait until a waiter fires).
+step's result (the style of :mod:`mqcore.client._http`). A step is
+:class:`~mqcore.service.plans.Blocking` (file work), :class:`Undoable` (file
+work that takes something) or :class:`Sleep` (wait until a waiter fires).
 :func:`drive` runs an operation in the calling thread (``LocalClient``); the
 asyncio client runs the same operation with the file work in worker threads
 and the sleeps awaited on the event loop (``mqcore.client._local_async``).
+Operations are :mod:`mqcore.service.plans` plans, run by its two step runners,
+so a service plan (an attempted receive) runs inside them unchanged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
 import select
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, QueueName, parse_in_flight_name, parse_ready_name
 from mqcore.protocol import Store, now_ms
+from mqcore.service.plans import Blocking, Plan, run_sync
 from mqcore.watch import DirEvent, DirWatcher, open_watcher
 
 logger = logging.getLogger(__name__)
@@ -249,17 +252,17 @@ class Watches:
 
 
 @dataclass(frozen=True, slots=True)
-class Blocking(Generic[T]):
-    """A step of an operation: file work, whose result (or error) is sent back into the operation.
+class Undoable(Generic[T]):
+    """A step of an operation: file work that takes something (a capacity reservation, a lock).
 
     Attributes:
-        call: The work (blocking: it touches the file system).
-        undo: Given the result when the caller was cancelled while ``call`` ran (asyncio only):
-            gives back what ``call`` took (a capacity reservation, a lock).
+        fn: The work (blocking); its result is sent back into the operation.
+        undo: Given the result when the caller was cancelled while ``fn`` ran (asyncio only):
+            gives back what ``fn`` took.
     """
 
-    call: Callable[[], T]
-    undo: Callable[[T], None] | None = None
+    fn: Callable[[], T]
+    undo: Callable[[T], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,65 +274,32 @@ class Sleep:
     timeout_seconds: float
 
 
-#: An operation: yields steps, is sent their results (or thrown their errors), returns T.
-Op = Generator[Blocking[Any] | Sleep, Any, T]
+#: An operation (a :mod:`mqcore.service.plans` plan): yields :class:`~mqcore.service.plans.Blocking`,
+#: :class:`Undoable`, :class:`Sleep`, or an operation of a service plan that the client expands
+#: into an operation of its own; is sent their results; returns T.
+Op = Plan[T]
 
 
-class Stepper(Generic[T]):
-    """Steps an operation for a driver: sends each step's result (or throws its error) into it.
-
-    A driver loops ``while (step := stepper.next()) is not None:`` and performs
-    the step inside ``with stepper.outcome():``, setting :attr:`value`; then
-    reads :attr:`result`. The operation's own errors propagate from :meth:`next`.
+def drive(op: Op[T], expand: Callable[[Any], Op[Any]] | None = None) -> T:
+    """Run ``op`` in this thread (:func:`mqcore.service.plans.run_sync`): sleeps block on the watches' condition.
 
     Args:
         op: The operation.
-    """
-
-    def __init__(self, op: Op[T]) -> None:
-        self._op = op
-        self._error: BaseException | None = None
-        #: The result of the step just performed (sent into the operation by :meth:`next`).
-        self.value: Any = None
-        #: What the operation returned, once :meth:`next` returned None.
-        self.result: T
-
-    def next(self) -> Blocking[Any] | Sleep | None:
-        """The operation's next step, or None when it returned (its value is in :attr:`result`).
-
-        Raises:
-            Whatever the operation raises (also the error of the last step, unless it handled it).
-        """
-        value, error = self.value, self._error
-        self.value = self._error = None
-        try:
-            return self._op.throw(error) if error is not None else self._op.send(value)
-        except StopIteration as stop:
-            self.result = stop.value
-            return None
-
-    @contextlib.contextmanager
-    def outcome(self) -> Iterator[None]:
-        """Catch the error of performing a step, to be thrown into the operation by :meth:`next`."""
-        try:
-            yield
-        except BaseException as exc:  # noqa: BLE001 - handed to the operation, which re-raises what it does not handle
-            self._error = exc
-
-
-def drive(op: Op[T]) -> T:
-    """Run ``op`` in this thread: file work called here, sleeps blocked on the watches' condition.
-
+        expand: The operation that does what a service plan's step asks (e.g. a receive that waits).
     Raises:
         Whatever ``op`` raises (an error of a step is thrown into it first).
     """
-    stepper = Stepper(op)
-    while (step := stepper.next()) is not None:
-        with stepper.outcome():
-            stepper.value = (
-                step.call() if isinstance(step, Blocking) else step.watches.wait(step.waiter, step.timeout_seconds)
-            )
-    return stepper.result
+
+    def handle(step: Any) -> Any:
+        if isinstance(step, Sleep):
+            return step.watches.wait(step.waiter, step.timeout_seconds)
+        if isinstance(step, Undoable):
+            return step.fn()
+        if expand is None:
+            raise TypeError(f"no handler for {step!r}")
+        return run_sync(expand(step), handle)
+
+    return run_sync(op, handle)
 
 
 def wait_plan(end: float, next_due: int | None) -> tuple[float, float] | None:
@@ -359,7 +329,7 @@ def poll_op(
     queue: QueueName,
     kind: WaitKind,
     wait_seconds: float,
-    look: Blocking[tuple[T, int | None]],
+    look: Blocking[tuple[T, int | None]] | Undoable[tuple[T, int | None]],
 ) -> Op[T]:
     """Look at ``queue`` until a look finds something or ``wait_seconds`` passed; sleep between looks.
 

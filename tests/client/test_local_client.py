@@ -382,6 +382,31 @@ def test_redrive_runs_to_the_end(client: LocalClient, queue: str) -> None:
         client.start_redrive("dlq", destination="missing")
 
 
+def test_a_running_redrive_is_paced_and_cancelled_from_another_client(client: LocalClient, root: Path) -> None:
+    client.create_queue("dlq")
+    client.create_queue("back")
+    client.send_batch("dlq", [str(i) for i in range(20)])
+    result: list[dict[str, object]] = []
+    runner = threading.Thread(
+        target=lambda: result.append(client.start_redrive("dlq", destination="back", max_messages_per_second=4))
+    )
+    runner.start()
+    with LocalClient(root) as other:
+        while (status := other.redrive_status("dlq")) is None or status["moved"] == 0:
+            assert runner.is_alive(), result
+            runner.join(0.05)
+        assert status["state"] == "running"
+        assert other.cancel_redrive("dlq")["state"] == "cancelled"
+    runner.join()
+    (final,) = result
+    assert final["state"] == "cancelled" and "cancel_requested_ms" in final
+    moved = final["moved"]
+    assert isinstance(moved, int) and 0 < moved < 20  # 4 per second: far from done when the cancel came
+    assert client.queue_stats("back")["ready"] == moved
+    assert client.queue_stats("dlq")["ready"] == 20 - moved
+    assert client.redrive_status("dlq") == final
+
+
 # -- delays -----------------------------------------------------------------------------------------
 
 
