@@ -36,14 +36,14 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, reap_message, reap_queue
+from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_client, reap_message, reap_queue
 from mqcore.client._local_redrive import RedriveRunner
 from mqcore.client._local_send import Sender, json_body
 from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Watches, drive
 from mqcore.client._types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name
-from mqcore.protocol import DEFAULT_PEEK_LIMIT, PeekedFile, Store, now_ms
+from mqcore.protocol import DEFAULT_PEEK_LIMIT, Store, now_ms
 from mqcore.service.handles import LeaseMemory, check_handle
 from mqcore.service.queues import queue_stats
 from mqcore.service.requests import (
@@ -61,21 +61,6 @@ ResultT = TypeVar("ResultT")
 
 #: One id generator per process: ids of every LocalClient in it strictly increase (FIFO).
 _IDS = IdGenerator()
-
-
-def _as_peeked(message: PeekedFile) -> PeekedMessage:
-    return PeekedMessage(
-        queue=message.queue,
-        message_id=message.message_id,
-        state=message.state,  # type: ignore[arg-type]
-        body=message.body,
-        content_type=message.content_type,
-        attributes=message.attributes,
-        sent_ms=message.sent_ms,
-        receive_count=message.receive_count,
-        visible_at_ms=message.visible_at_ms,
-        source_queue=message.source_queue,
-    )
 
 
 def _queue_stats(store: Store, defaults: QueueAttributes, name: QueueName) -> dict[str, Any]:
@@ -510,7 +495,7 @@ class LocalClient:
         size = PEEK_LIMIT.check(limit)
         split = check_partition_args(partition, partitions)
         files, next_after = self.store.peek(name, after=check_after(after), limit=size, partition=split)
-        return PeekPage([_as_peeked(f) for f in files], next_after)
+        return PeekPage([as_client(PeekedMessage, f) for f in files], next_after)
 
     def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
         """Read the given messages without receiving them, wherever they are; ids not in the queue are left out.
@@ -524,7 +509,7 @@ class LocalClient:
         """
         name = check_queue_name(queue)
         ids = [check_message_id(i) for i in message_ids]
-        return [_as_peeked(f) for f in self.store.peek_ids(name, ids)] if ids else []
+        return [as_client(PeekedMessage, f) for f in self.store.peek_ids(name, ids)] if ids else []
 
     def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
         """Delete several messages by id, wherever they are (SoftLayer delete, batched); a result per id.

@@ -23,9 +23,10 @@ that removed something.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from typing import Any
+from typing import Any, TypeVar
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
@@ -40,6 +41,8 @@ from mqcore.service.receive import in_partition, lease_names, lease_policy, rede
 from mqcore.service.requests import ReceiveRequest, check_receive
 
 logger = logging.getLogger(__name__)
+
+RecordT = TypeVar("RecordT")
 
 #: Leases whose current ``delay/`` name a client remembers (after a change of visibility).
 MAX_REMEMBERED_LEASES = 10_000
@@ -64,20 +67,20 @@ def reap_queue(store: Store, queue: QueueName) -> None:
                 logger.warning("cannot reap removed entry name=%s error=%s", name, exc)
 
 
+def as_client(cls: type[RecordT], record: object, **renamed: str) -> RecordT:
+    """The client dataclass ``cls`` (Message, PeekedMessage) of a store record, field by field.
+
+    Args:
+        cls: The client type.
+        record: The store's record (``ReceivedMessage``, ``PeekedFile``).
+        renamed: Field of ``cls`` -> attribute of ``record``, where the names differ.
+    """
+    return cls(**{f.name: getattr(record, renamed.get(f.name, f.name)) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]  # cls is a dataclass
+
+
 def as_message(message: ReceivedMessage) -> Message:
     """The client's :class:`Message` for a message the store leased."""
-    return Message(
-        queue=message.queue,
-        message_id=message.message_id,
-        receipt_handle=message.receipt_handle,
-        body=message.body,
-        content_type=message.content_type,
-        attributes=message.attributes,
-        sent_ms=message.sent_ms,
-        receive_count=message.receive_count,
-        first_receive_ms=message.first_receive_ms,
-        visibility_deadline_ms=message.deadline_ms,
-    )
+    return as_client(Message, message, visibility_deadline_ms="deadline_ms")
 
 
 class Receiver:
