@@ -279,16 +279,23 @@ def parse_message_attributes(text: str | None) -> dict[str, str]:
     return check_message_attributes(obj)
 
 
-def _received_json(message: ReceivedMessage) -> dict[str, Any]:
+def _stored_json(message: ReceivedMessage | PeekedFile) -> dict[str, Any]:
+    """The fields a received and a peeked message share (after ``message_id`` and the first own field)."""
     return {
-        "message_id": message.message_id,
-        "receipt_handle": message.receipt_handle,
         "body_base64": base64.b64encode(message.body).decode("ascii"),
         "content_type": message.content_type,
         "attributes": message.attributes,
         "attribute_types": message.attribute_types,
         "sent_timestamp_ms": message.sent_ms,
         "receive_count": message.receive_count,
+    }
+
+
+def _received_json(message: ReceivedMessage) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "receipt_handle": message.receipt_handle,
+        **_stored_json(message),
         "first_receive_timestamp_ms": message.first_receive_ms,
         "visibility_deadline_ms": message.deadline_ms,
     }
@@ -402,7 +409,8 @@ async def send_message(request: web.Request) -> web.Response:
     body = await read_body(request, attrs.max_message_bytes)
     check_message_size(len(body) + attributes_size(message_attributes), attrs)
     content_type = request.headers.get("Content-Type")
-    message_id = await broker.sender.send(queue, body, content_type, message_attributes, delay * 1000)
+    entry = SendEntry(body, content_type, message_attributes or None, delay * 1000)
+    message_id = await broker.sender.send(queue, entry)
     return web.Response(
         status=201,
         body=b'{"message_id": "%s"}' % message_id.encode(),
@@ -572,12 +580,7 @@ def _peeked_json(message: PeekedFile) -> dict[str, Any]:
     return {
         "message_id": message.message_id,
         "state": message.state,
-        "body_base64": base64.b64encode(message.body).decode("ascii"),
-        "content_type": message.content_type,
-        "attributes": message.attributes,
-        "attribute_types": message.attribute_types,
-        "sent_timestamp_ms": message.sent_ms,
-        "receive_count": message.receive_count,
+        **_stored_json(message),
         "visible_at_ms": message.visible_at_ms,
         "source_queue": message.source_queue,
     }

@@ -55,19 +55,13 @@ class Sender:
                 await _runtime.wait_for_wake(room_made, remaining)
             state = await self.queues.queue_state(queue)
 
-    async def send(
-        self,
-        queue: QueueName,
-        body: bytes,
-        content_type: str | None = None,
-        attributes: dict[str, str] | None = None,
-        delay_ms: int = 0,
-        attribute_types: dict[str, str] | None = None,
-    ) -> MessageId:
+    async def send(self, queue: QueueName, entry: SendEntry) -> MessageId:
         """Store a message durably (fsynced) and index it; return its id (SQS SendMessage).
 
-        The arguments are :meth:`mqcore.protocol.Store.send`'s, checked by the caller
-        (size, attributes; ``delay_ms`` 0-900,000, the message held in ``delay/`` meanwhile).
+        Args:
+            queue: The queue.
+            entry: The message, checked by the caller (size, attributes; ``delay_ms`` 0-900,000:
+                held in ``delay/`` meanwhile).
 
         Raises:
             QueueNotFound: No such queue.
@@ -79,6 +73,7 @@ class Sender:
         broker.health.check_send()
         state = await self.queues.queue_state(queue)
         admitted = 0
+        delay_ms = entry.delay_ms
         if delay_ms == 0:  # a delayed message is not ready: capacity never holds or refuses it
             state, admitted = await self._reserve(queue, state, 1)
             if not admitted:
@@ -87,7 +82,9 @@ class Sender:
         try:
             message_id = await broker.run_in(
                 broker.savers,
-                lambda: broker.store.send(queue, body, content_type, attributes or None, delay_ms, attribute_types),
+                lambda: broker.store.send(
+                    queue, entry.body, entry.content_type, entry.attributes, delay_ms, entry.attribute_types
+                ),
             )
             if delay_ms == 0:
                 self.queues.note_ready(queue, ready_name(message_id, 0))

@@ -378,9 +378,8 @@ async def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     attrs = await ctx.broker.get_attributes(queue)
     _check_size(message.size_bytes, attrs.max_message_bytes)
     delay = attrs.delay_seconds if message.delay_seconds is None else message.delay_seconds
-    message_id = await ctx.broker.sender.send(
-        queue, message.body, SQS_CONTENT_TYPE, message.attributes, delay * 1000, message.attribute_types
-    )
+    entry = SendEntry(message.body, SQS_CONTENT_TYPE, message.attributes or None, delay * 1000, message.attribute_types)
+    message_id = await ctx.broker.sender.send(queue, entry)
     return _sent(message_id, message)
 
 

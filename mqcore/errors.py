@@ -46,8 +46,18 @@ class MQError(Exception):
     status: ClassVar[int] = 500
     retriable: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls, code: str | None = None, status: int | None = None, retriable: bool | None = None, **kwargs: Any
+    ) -> None:
+        """Declare a subclass's ``code``, HTTP ``status`` and ``retriable`` as class keywords
+        (``class QueueFull(MQError, code="queue_full", status=429, retriable=True)``); unset ones are inherited."""
         super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+        if status is not None:
+            cls.status = status
+        if retriable is not None:
+            cls.retriable = retriable
         _BY_CODE.setdefault(cls.code, cls)
 
     def __init__(self, message: str, **details: Any) -> None:
@@ -63,35 +73,25 @@ class MQError(Exception):
         return body
 
 
-class InvalidRequest(MQError, ValueError):
+class InvalidRequest(MQError, ValueError, code="invalid_request", status=400):
     """The request is malformed (HTTP 400)."""
 
-    code = "invalid_request"
-    status = 400
 
-
-class InvalidQueueName(InvalidRequest):
+class InvalidQueueName(InvalidRequest, code="invalid_queue_name"):
     """A queue name is not 1-80 characters of ``[A-Za-z0-9_-]`` (SQS's rule)."""
 
-    code = "invalid_queue_name"
 
-
-class InvalidMessageId(InvalidRequest):
+class InvalidMessageId(InvalidRequest, code="invalid_message_id"):
     """A message id is not a well-formed mq message id (a lowercase UUIDv7 string)."""
 
-    code = "invalid_message_id"
 
-
-class MessageTooLarge(InvalidRequest):
+class MessageTooLarge(InvalidRequest, code="message_too_large", status=413):
     """A message body exceeds the configured maximum (HTTP 413).
 
     Args:
         size_bytes: Size of the rejected body in bytes (or of what was read so far).
         max_bytes: The configured limit in bytes.
     """
-
-    code = "message_too_large"
-    status = 413
 
     def __init__(self, size_bytes: int, max_bytes: int) -> None:
         super().__init__(
@@ -101,21 +101,15 @@ class MessageTooLarge(InvalidRequest):
         )
 
 
-class QueueNotFound(MQError, LookupError):
+class QueueNotFound(MQError, LookupError, code="queue_not_found", status=404):
     """The queue does not exist (HTTP 404)."""
 
-    code = "queue_not_found"
-    status = 404
 
-
-class MessageNotFound(MQError, LookupError):
+class MessageNotFound(MQError, LookupError, code="message_not_found", status=404):
     """No message with that id is ready, in flight or being written (HTTP 404)."""
 
-    code = "message_not_found"
-    status = 404
 
-
-class StorageUnavailable(MQError):
+class StorageUnavailable(MQError, code="storage_unavailable", status=503, retriable=True):
     """The message cannot be guaranteed stored (HTTP 503 + Retry-After).
 
     Raised on ENOSPC, EDQUOT, EIO, EROFS and any failed fsync. The write is
@@ -127,16 +121,12 @@ class StorageUnavailable(MQError):
         retry_after_seconds: Suggested wait before retrying, in seconds.
     """
 
-    code = "storage_unavailable"
-    status = 503
-    retriable = True
-
     def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
         super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
         self.retry_after_seconds = retry_after_seconds
 
 
-class InsufficientStorage(StorageUnavailable):
+class InsufficientStorage(StorageUnavailable, code="insufficient_storage", status=507):
     """Free space or inodes of the root's filesystem are below the daemon's floor (HTTP 507 + Retry-After).
 
     Refused before the disk is actually full (``--min-free-bytes``), so that
@@ -144,24 +134,16 @@ class InsufficientStorage(StorageUnavailable):
     space is freed. Source: RFC 4918 section 11.5 (507 Insufficient Storage).
     """
 
-    code = "insufficient_storage"
-    status = 507
 
-
-class ConfigError(MQError, ValueError):
+class ConfigError(MQError, ValueError, code="config_error", status=500):
     """A setting is invalid; the message names the key, the value and the layer."""
 
-    code = "config_error"
-    status = 500
 
-
-class InvalidReceiptHandle(InvalidRequest):
+class InvalidReceiptHandle(InvalidRequest, code="invalid_receipt_handle"):
     """A receipt handle is malformed, or names another queue or message (HTTP 400)."""
 
-    code = "invalid_receipt_handle"
 
-
-class StaleReceiptHandle(MQError):
+class StaleReceiptHandle(MQError, code="stale_receipt_handle", status=410):
     """The message was received again after this receipt handle was issued (HTTP 410).
 
     The newer lease is left untouched (SQS: a stale handle must never delete
@@ -169,30 +151,20 @@ class StaleReceiptHandle(MQError):
     ReceiptHandleIsInvalid).
     """
 
-    code = "stale_receipt_handle"
-    status = 410
 
-
-class MessageNotInFlight(InvalidRequest):
+class MessageNotInFlight(InvalidRequest, code="message_not_in_flight"):
     """Change of visibility of a message that is ready, not in flight (SQS: MessageNotInflight, HTTP 400)."""
 
-    code = "message_not_in_flight"
 
-
-class InvalidAttribute(InvalidRequest):
+class InvalidAttribute(InvalidRequest, code="invalid_attribute"):
     """A queue attribute or message attribute is unknown or out of range (HTTP 400; ``details["name"]``)."""
 
-    code = "invalid_attribute"
 
-
-class QueueNameExists(MQError):
+class QueueNameExists(MQError, code="queue_name_exists", status=409):
     """A queue exists with other attributes than the ones given to create it (SQS: QueueNameExists, HTTP 409)."""
 
-    code = "queue_name_exists"
-    status = 409
 
-
-class QueueFull(MQError):
+class QueueFull(MQError, code="queue_full", status=429, retriable=True):
     """The queue holds ``capacity`` ready messages and no room was made in time (HTTP 429 + Retry-After).
 
     Args:
@@ -200,90 +172,57 @@ class QueueFull(MQError):
         retry_after_seconds: Suggested wait before retrying, in seconds.
     """
 
-    code = "queue_full"
-    status = 429
-    retriable = True
-
     def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
         super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
         self.retry_after_seconds = retry_after_seconds
 
 
-class RedriveInProgress(MQError):
+class RedriveInProgress(MQError, code="redrive_in_progress", status=409):
     """A redrive out of this dead-letter queue is already running (HTTP 409; SQS allows one task per queue)."""
 
-    code = "redrive_in_progress"
-    status = 409
 
-
-class RedriveNotRunning(MQError):
+class RedriveNotRunning(MQError, code="redrive_not_running", status=404):
     """``DELETE /<queue>/redrive`` while no redrive out of that queue is running (HTTP 404).
 
     Running means a status "running" rewritten within the last 10 s by the
     daemon running the task; a finished, cancelled or stale task is not.
     """
 
-    code = "redrive_not_running"
-    status = 404
 
-
-class RouteNotFound(MQError, LookupError):
+class RouteNotFound(MQError, LookupError, code="not_found", status=404):
     """No such HTTP route (HTTP 404 ``not_found``): a wrong URL or an older server."""
 
-    code = "not_found"
-    status = 404
 
-
-class MethodNotAllowed(InvalidRequest):
+class MethodNotAllowed(InvalidRequest, code="method_not_allowed", status=405):
     """The route exists but not with this HTTP method (HTTP 405)."""
 
-    code = "method_not_allowed"
-    status = 405
 
-
-class Unauthorized(MQError):
+class Unauthorized(MQError, code="unauthorized", status=401):
     """No token, or a token the server does not know (HTTP 401 ``unauthorized``, with
     ``WWW-Authenticate: Bearer``; RFC 6750). Not retriable: the same token fails again."""
 
-    code = "unauthorized"
-    status = 401
 
-
-class Forbidden(MQError):
+class Forbidden(MQError, code="forbidden", status=403):
     """A known token without the action on this queue (HTTP 403 ``forbidden``; RFC 6750
     ``insufficient_scope``). ``details``: ``action`` and ``queue`` (null for a route of no queue)."""
 
-    code = "forbidden"
-    status = 403
 
-
-class RequestTimeout(MQError):
+class RequestTimeout(MQError, code="request_timeout", status=408, retriable=True):
     """The request's body did not arrive within the server's ``--body-timeout`` (HTTP 408
     ``request_timeout``); the server closes the connection. Retriable: nothing was stored."""
 
-    code = "request_timeout"
-    status = 408
-    retriable = True
 
-
-class ServerBusy(MQError):
+class ServerBusy(MQError, code="server_busy", status=503, retriable=True):
     """The server refused the request or connection to protect itself: too many connections or
     long-poll waiters (HTTP 503 ``server_busy``, ``Retry-After``). Retriable."""
-
-    code = "server_busy"
-    status = 503
-    retriable = True
 
     def __init__(self, message: str, retry_after_seconds: int = 1, **details: Any) -> None:
         super().__init__(message, retry_after_seconds=retry_after_seconds, **details)
         self.retry_after_seconds = retry_after_seconds
 
 
-class HTTPError(MQError):
+class HTTPError(MQError, code="http_error", status=400):
     """Any other HTTP-level error of the server (``http_error``; ``details["status"]``)."""
-
-    code = "http_error"
-    status = 400
 
 
 _BY_CODE[MQError.code] = MQError
@@ -322,14 +261,10 @@ def error_from_json(body: Any, status: int, retry_after_seconds: float | None = 
     return exc
 
 
-class ConnectionFailed(MQError):
+class ConnectionFailed(MQError, code="connection_failed", status=503, retriable=True):
     """A client got no complete answer: connection refused or reset, or a timeout (never sent by a server).
 
     Retriable. After a timeout a send may or may not have been stored (at
     least once: a retry can make a duplicate); a receive may have leased
     messages that come back after their visibility timeout.
     """
-
-    code = "connection_failed"
-    status = 503
-    retriable = True
