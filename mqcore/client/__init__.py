@@ -19,8 +19,7 @@ import re
 from typing import Any
 
 from mqcore.client._http import AsyncClient, Client
-from mqcore.client._local import LocalClient
-from mqcore.client._local_async import AsyncLocalClient
+from mqcore.client._local import AsyncLocalClient, LocalClient
 from mqcore.client._types import BatchEntry, Message, MessageState, PeekedMessage, PeekPage
 from mqcore.client.worker import Worker, WorkerStats
 

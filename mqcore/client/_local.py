@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_client, reap_message, reap_queue
@@ -54,7 +54,20 @@ from mqcore.service.requests import (
     check_prefix,
 )
 
-__all__ = ["RESCAN_INTERVAL_SECONDS", "LocalClient"]
+__all__ = ["RESCAN_INTERVAL_SECONDS", "AsyncLocalClient", "LocalClient"]
+
+if TYPE_CHECKING:
+    from mqcore.client._local_async import AsyncLocalClient
+
+
+def __getattr__(name: str) -> Any:
+    """``AsyncLocalClient`` lives in ``_local_async`` (it imports this module); importable from here as before."""
+    if name == "AsyncLocalClient":
+        from mqcore.client._local_async import AsyncLocalClient
+
+        return AsyncLocalClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
@@ -101,6 +114,13 @@ def _each(
 class LocalClient:
     """The client interface on a queue root, with no daemon (brokerless mode).
 
+    Its methods are the blocking client interface, documented once in
+    ``mqcore.client.api.QueueClient`` (arguments, results, errors, and what
+    differs brokerless: a receive redelivers the queue's due files first, a
+    delete unlinks the file at once, a redrive runs in its call and returns its
+    final status, ``close`` ends waiting calls at once). ``send_batch`` takes
+    up to 1,000 entries per ``batch_size`` chunk (one group commit each).
+
     Safe alongside running ``mq``/``mq-mover``/``mq-reaper`` daemons and other
     brokerless clients on the same root (one host, or hosts sharing the root
     as ``docs/protocol.md`` section 13 allows), and across threads of this
@@ -140,90 +160,33 @@ class LocalClient:
         self.close()
 
     def close(self) -> None:
-        """Release the inotify watches; waiting receives and sends return at once (empty / QueueFull)."""
         self._watches.close()
         self.store.close()
 
     # -- queues -----------------------------------------------------------------
 
     def list_queues(self, prefix: str = "") -> list[str]:
-        """Names of the queues starting with ``prefix``, sorted (SQS ListQueues).
-
-        Raises:
-            InvalidRequest: ``prefix`` is not 0-80 characters of ``[A-Za-z0-9_-]``.
-        """
         return list(self.store.list_queues(check_prefix(prefix)))
 
     def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None) -> bool:
-        """Create a queue, optionally with attributes (SQS CreateQueue; idempotent).
-
-        Args:
-            queue: 1-80 characters of ``[A-Za-z0-9_-]``.
-            attributes: Queue attributes (``mqcore.attributes`` keys), or None for the defaults.
-        Returns:
-            True if the queue was created by this call, False if it existed.
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidRequest: ``attributes`` is not a mapping.
-            InvalidAttribute: Unknown key, bad value, or a dead-letter queue that does not exist.
-            QueueNameExists: The queue exists and a given attribute differs from its value.
-            StorageUnavailable: The queue could not be made durable.
-        """
         name = check_queue_name(queue)
         if attributes is not None and not isinstance(attributes, Mapping):
             raise InvalidRequest("queue attributes must be a mapping (a JSON object)")
         return self.store.create_queue(name, dict(attributes) if attributes else None, defaults=self.defaults)
 
     def delete_queue(self, queue: str) -> None:
-        """Delete a queue and every message in it (ready, in flight, delayed); its files are unlinked at once.
-
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-            StorageUnavailable: The deletion could not be made durable.
-        """
         name = check_queue_name(queue)
         self.store.delete_queue(name)
         reap_queue(self.store, name)
 
     def queue_stats(self, queue: str) -> dict[str, Any]:
-        """The queue's counts and settings, as ``GET /{queue}``.
-
-        ``ready`` counts the queue directory; ``in_flight`` and ``delayed`` the
-        queue's ``delay/`` files (a message whose visibility timeout ended
-        counts as in flight until a receive or mq-mover redelivers it).
-
-        Returns:
-            ``{"queue", "ready", "in_flight", "delayed", "oldest_ready_age_seconds" (None if none
-            ready), "created_ms" (None if unknown), "attributes" (effective), "redrive" (status or None)}``.
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-        """
         name = check_queue_name(queue)
         return _queue_stats(self.store, self.defaults, name)
 
     def get_attributes(self, queue: str) -> dict[str, Any]:
-        """The queue's effective attributes (every key; defaults filled in).
-
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-        """
         return self.sender.attributes(check_queue_name(queue)).to_json()
 
     def set_attributes(self, queue: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge ``changes`` into the queue's attributes (SQS SetQueueAttributes); a None value = back to default.
-
-        Returns:
-            The effective attributes after the change.
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidRequest: ``changes`` is not a mapping.
-            InvalidAttribute: Unknown key or bad value (nothing changed).
-            QueueNotFound: No such queue.
-            StorageUnavailable: The change could not be made durable.
-        """
         name = check_queue_name(queue)
         if not isinstance(changes, Mapping):
             raise InvalidRequest("attribute changes must be a mapping (a JSON object)")
@@ -231,15 +194,6 @@ class LocalClient:
         return effective(explicit, self.defaults).to_json()
 
     def purge(self, queue: str) -> int:
-        """Remove every message sent before now, ready, in flight or delayed (SQS PurgeQueue).
-
-        Returns:
-            Messages removed at once (others the purge covers are removed when met).
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-            StorageUnavailable: The purge marker could not be made durable.
-        """
         name = check_queue_name(queue)
         removed = self.store.purge(name)
         reap_queue(self.store, name)
@@ -256,27 +210,6 @@ class LocalClient:
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
     ) -> str:
-        """Send one message; return its id once it is durable (SQS SendMessage).
-
-        Args:
-            queue: The queue.
-            body: ``bytes`` as is; ``str`` as UTF-8 with content type ``text/plain; charset=utf-8``.
-            content_type: Stored and returned on receive (1-1024 printable ASCII characters).
-            attributes: User message attributes, name -> string (SQS's rules; at most 10).
-            delay_seconds: 0-900 s invisible after the send; None = the queue's ``delay_seconds``.
-        Returns:
-            The message id.
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-            InvalidRequest: ``delay_seconds`` out of range, bad ``content_type``.
-            InvalidAttribute: Bad message attributes.
-            MessageTooLarge: Body plus attributes over the queue's ``max_message_bytes``.
-            QueueFull: The queue held ``capacity`` ready messages for ``capacity_wait_seconds``
-                (never for a delayed send).
-            StorageUnavailable: It could not be guaranteed stored.
-            TypeError: ``body`` is neither bytes nor str.
-        """
         return drive(self.sender.send_op(queue, BatchEntry(body, content_type, attributes, delay_seconds)))
 
     def send_json(
@@ -287,11 +220,6 @@ class LocalClient:
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
     ) -> str:
-        """Send ``json.dumps(value)`` as an ``application/json`` message (SMQ's payloads); see :meth:`send`.
-
-        Raises:
-            TypeError: ``value`` is not JSON-serialisable; and every error of :meth:`send`.
-        """
         return self.send(
             queue, json_body(value), content_type=JSON_CONTENT_TYPE, attributes=attributes, delay_seconds=delay_seconds
         )
@@ -299,24 +227,6 @@ class LocalClient:
     def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = 10
     ) -> list[str | MQError]:
-        """Send any number of messages, ``batch_size`` per group commit (SQS SendMessageBatch).
-
-        Each chunk is checked as one HTTP batch request (an entry fails alone;
-        a chunk too large as a whole is split in halves; on a full queue the
-        entries that find no room get QueueFull): see ``_local_send.Sender``.
-
-        Args:
-            queue: The queue.
-            entries: ``bytes``, ``str`` (UTF-8 text) or :class:`BatchEntry` items.
-            batch_size: Entries per chunk, 1-1000 (the HTTP API's default limit is 10).
-        Returns:
-            One result per entry, in order: its message id, or the error it got.
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidRequest: ``batch_size`` out of range.
-            QueueNotFound: No such queue (entries of earlier chunks were sent).
-            TypeError: An entry is not bytes, str or BatchEntry.
-        """
         return drive(self.sender.send_batch_op(queue, entries, batch_size))
 
     def receive(
@@ -330,32 +240,6 @@ class LocalClient:
         partition: int | None = None,
         partitions: int | None = None,
     ) -> list[Message]:
-        """Receive up to ``max_messages`` messages, oldest first (SQS ReceiveMessage); [] if none came.
-
-        Due in-flight and delayed messages of the queue are made ready first
-        (dead-lettered past ``max_receive_count``), so this works with no
-        mq-mover. Each message is leased for the visibility timeout: it is in
-        flight, and comes back with a higher receive count unless deleted.
-
-        Args:
-            queue: The queue.
-            max_messages: 1-10 (SQS: MaxNumberOfMessages).
-            wait_time_seconds: Long polling, 0-20 s; None = the queue's ``receive_wait_seconds``.
-                Returns as soon as at least one message was leased.
-            visibility_timeout_seconds: 0-43200 s; None = the queue's ``visibility_timeout_seconds``.
-            attempt_id: SQS ReceiveRequestAttemptId (1-128 printable ASCII, no space): a retry
-                within 5 minutes receives the same messages again (fresh handles) instead of new ones.
-            partition: Only messages with ``partition_of(message_id, partitions) == partition``
-                (SMQ's batches); with ``partitions``, ``0 <= partition < partitions <= 1000``.
-            partitions: The number of partitions (both or neither).
-        Returns:
-            The messages received ([] when none became ready within the wait).
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidRequest: An argument out of range, or only one of partition/partitions.
-            QueueNotFound: No such queue (also when it is deleted during the wait).
-            StorageUnavailable: The receive failed and nothing was received.
-        """
         receiver = self.receiver
         op = receiver.receive_op(
             queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
@@ -365,19 +249,6 @@ class LocalClient:
     # -- delete and visibility ------------------------------------------------------------
 
     def delete(self, queue: str, receipt_handle: str) -> None:
-        """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
-
-        The message's file is unlinked at once (``remove/`` is fsynced first,
-        so the delete survives a power cut).
-
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidReceiptHandle: Malformed, or of another queue.
-            StaleReceiptHandle: The message was received again since (the newer lease is untouched).
-            MessageNotFound: The message is gone (deleted, dead-lettered, purged, expired).
-            QueueNotFound: The queue was deleted.
-            StorageUnavailable: The delete could not be made durable.
-        """
         name = check_queue_name(queue)
         handle = check_handle(receipt_handle, name)
         self.store.delete_by_handle(name, handle.text, self._leases.current(handle))
@@ -385,48 +256,15 @@ class LocalClient:
         reap_message(self.store, name, handle.message_id)
 
     def delete_by_id(self, queue: str, message_id: str) -> None:
-        """Delete a message by id wherever it is: ready, in flight, delayed or being written (SoftLayer).
-
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidMessageId: Not a message id.
-            MessageNotFound: No such message in the queue.
-            QueueNotFound: No such queue.
-            StorageUnavailable: The delete could not be made durable.
-        """
         name = check_queue_name(queue)
         mid = check_message_id(message_id)
         self.store.delete(name, mid)
         reap_message(self.store, name, mid)
 
     def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
-        """Delete several messages by receipt handle (SQS DeleteMessageBatch); a result per handle.
-
-        Returns:
-            None for each message deleted, or the error of :meth:`delete` it got, in order.
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue (nothing is deleted).
-        """
         return _each(self.store, queue, receipt_handles, self.delete)
 
     def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
-        """Set the message's visibility timeout to ``timeout_seconds`` from now (SQS ChangeMessageVisibility).
-
-        0 makes it ready at once (a nack). The receive count does not change;
-        the handle stays usable.
-
-        Returns:
-            The new visibility deadline, epoch ms (now for 0).
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidRequest: ``timeout_seconds`` not 0-43200 (SQS: VisibilityTimeout).
-            InvalidReceiptHandle: Malformed, or of another queue.
-            MessageNotInFlight: Its visibility timeout had already ended (it is ready again).
-            StaleReceiptHandle: The message was received again since.
-            MessageNotFound: The message is gone.
-            QueueNotFound: The queue was deleted.
-        """
         name = check_queue_name(queue)
         timeout = VISIBILITY_TIMEOUT_SECONDS.check(timeout_seconds, key="field")
         handle = check_handle(receipt_handle, name)
@@ -441,28 +279,12 @@ class LocalClient:
         return now + timeout * 1000
 
     def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
-        """Change the visibility of several receives (SQS ChangeMessageVisibilityBatch); a result per entry.
-
-        Args:
-            queue: The queue.
-            entries: (receipt handle, timeout in seconds 0-43200) pairs.
-        Returns:
-            The new deadline (epoch ms) or the error of :meth:`change_visibility`, per entry, in order.
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-        """
         return _each(self.store, queue, entries, lambda name, entry: self.change_visibility(name, *entry))
 
     def ack(self, message: Message) -> None:
-        """Delete a received message: ``delete(message.queue, message.receipt_handle)``."""
         self.delete(message.queue, message.receipt_handle)
 
     def nack(self, message: Message, delay_seconds: int = 0) -> None:
-        """Give a received message back, to be received again after ``delay_seconds`` (0-43200; 0 = now).
-
-        ``change_visibility(message.queue, message.receipt_handle, delay_seconds)``.
-        """
         self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
 
     # -- peek -------------------------------------------------------------------------------
@@ -476,21 +298,6 @@ class LocalClient:
         partition: int | None = None,
         partitions: int | None = None,
     ) -> PeekPage:
-        """Read a page of the queue's messages, oldest first, without receiving them (nothing changes).
-
-        Ready, in-flight and delayed messages are all shown, each with its state.
-
-        Args:
-            queue: The queue.
-            after: Only messages with ids greater than this (a page's ``next_after``).
-            limit: 1-1000 messages.
-            partition: With ``partitions``: only messages of this partition (as a partitioned receive).
-            partitions: Number of partitions, 1-1000.
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidRequest: ``after`` is not a message id, or ``limit`` or the partition out of range.
-            QueueNotFound: No such queue.
-        """
         name = check_queue_name(queue)
         size = PEEK_LIMIT.check(limit)
         split = check_partition_args(partition, partitions)
@@ -498,28 +305,11 @@ class LocalClient:
         return PeekPage([as_client(PeekedMessage, f) for f in files], next_after)
 
     def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
-        """Read the given messages without receiving them, wherever they are; ids not in the queue are left out.
-
-        Returns:
-            The messages found, in id order.
-        Raises:
-            InvalidQueueName: Bad name.
-            InvalidMessageId: An id is malformed.
-            QueueNotFound: No such queue.
-        """
         name = check_queue_name(queue)
         ids = [check_message_id(i) for i in message_ids]
         return [as_client(PeekedMessage, f) for f in self.store.peek_ids(name, ids)] if ids else []
 
     def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
-        """Delete several messages by id, wherever they are (SoftLayer delete, batched); a result per id.
-
-        Returns:
-            None for each message deleted, or the error of :meth:`delete_by_id` it got, in order.
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue (nothing is deleted).
-        """
         return _each(self.store, queue, message_ids, self.delete_by_id)
 
     def iter_peek(
@@ -530,7 +320,6 @@ class LocalClient:
         partition: int | None = None,
         partitions: int | None = None,
     ) -> Iterator[PeekedMessage]:
-        """Every message of the queue (or of one partition), oldest first, by pages of ``page_size`` (1-1000)."""
         after: str | None = None
         while True:
             page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
@@ -544,50 +333,10 @@ class LocalClient:
     def start_redrive(
         self, queue: str, *, destination: str | None = None, max_messages_per_second: int | None = None
     ) -> dict[str, Any]:
-        """Move the ready messages of dead-letter queue ``queue`` back, oldest first (SQS StartMessageMoveTask).
-
-        Runs in this call, at most ``max_messages_per_second``, and returns the
-        final status (also in ``queues/<queue>/.redrive``, where daemons and
-        other clients read it). Each message gets a new id and a receive count
-        of 0. Messages without a known or existing destination are skipped and
-        stay. A cancel requested meanwhile (:meth:`cancel_redrive`, from any
-        process) is seen within a second.
-
-        Args:
-            queue: The dead-letter queue.
-            destination: Where to move them; None = each message's original queue.
-            max_messages_per_second: 1-10000; None = 500.
-        Returns:
-            The status: state ``completed`` (or ``cancelled``), ``moved``, ``skipped``, ...
-        Raises:
-            InvalidQueueName: Bad name (``queue`` or ``destination``).
-            InvalidRequest: Rate out of range, or ``destination`` is ``queue``.
-            QueueNotFound: ``queue`` or ``destination`` does not exist (or ``queue`` was deleted meanwhile).
-            RedriveInProgress: Another process runs a redrive out of ``queue``.
-            StorageUnavailable: A move or a status write failed (the status says ``failed``).
-        """
         return self._redrive.start(queue, destination, max_messages_per_second)
 
     def redrive_status(self, queue: str) -> dict[str, Any] | None:
-        """The status of the last redrive out of ``queue`` (by any process), or None if there never was one.
-
-        A "running" status not rewritten for 10 s is reported "failed" (its process died).
-
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-        """
         return self._redrive.status(queue)
 
     def cancel_redrive(self, queue: str) -> dict[str, Any]:
-        """Ask the running redrive out of ``queue`` (in any process) to stop (SQS CancelMessageMoveTask).
-
-        Returns:
-            Its status as the cancel leaves it: state ``cancelled``, ``cancel_requested_ms``.
-        Raises:
-            InvalidQueueName: Bad name.
-            QueueNotFound: No such queue.
-            RedriveNotRunning: No redrive out of ``queue`` is running.
-            StorageUnavailable: The request could not be written.
-        """
         return self._redrive.cancel(queue)

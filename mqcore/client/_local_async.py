@@ -79,6 +79,9 @@ async def _drive(op: Op[T], expand: Callable[[Any], Op[Any]] | None = None) -> T
 class AsyncLocalClient:
     """:class:`LocalClient` with every method a coroutine, for asyncio programs.
 
+    Its methods are the asyncio client interface, documented once in
+    ``mqcore.client.api.AsyncQueueClient``.
+
     File work runs in ``asyncio.to_thread``; long polls and capacity waits
     are awaited on the event loop (woken by the inotify thread), so a waiting
     receive ties up no thread and never blocks the loop.
@@ -104,35 +107,27 @@ class AsyncLocalClient:
         await self.close()
 
     async def close(self) -> None:
-        """See :meth:`LocalClient.close`."""
         await asyncio.to_thread(self.sync.close)
 
     async def list_queues(self, prefix: str = "") -> list[str]:
-        """See :meth:`LocalClient.list_queues`."""
         return await asyncio.to_thread(self.sync.list_queues, prefix)
 
     async def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None) -> bool:
-        """See :meth:`LocalClient.create_queue`."""
         return await asyncio.to_thread(self.sync.create_queue, queue, attributes)
 
     async def delete_queue(self, queue: str) -> None:
-        """See :meth:`LocalClient.delete_queue`."""
         await asyncio.to_thread(self.sync.delete_queue, queue)
 
     async def queue_stats(self, queue: str) -> dict[str, Any]:
-        """See :meth:`LocalClient.queue_stats`."""
         return await asyncio.to_thread(self.sync.queue_stats, queue)
 
     async def get_attributes(self, queue: str) -> dict[str, Any]:
-        """See :meth:`LocalClient.get_attributes`."""
         return await asyncio.to_thread(self.sync.get_attributes, queue)
 
     async def set_attributes(self, queue: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """See :meth:`LocalClient.set_attributes`."""
         return await asyncio.to_thread(self.sync.set_attributes, queue, changes)
 
     async def purge(self, queue: str) -> int:
-        """See :meth:`LocalClient.purge`."""
         return await asyncio.to_thread(self.sync.purge, queue)
 
     async def send(
@@ -144,7 +139,6 @@ class AsyncLocalClient:
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
     ) -> str:
-        """See :meth:`LocalClient.send` (a wait for capacity is awaited on the loop)."""
         return await _drive(self.sync.sender.send_op(queue, BatchEntry(body, content_type, attributes, delay_seconds)))
 
     async def send_json(
@@ -155,7 +149,6 @@ class AsyncLocalClient:
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
     ) -> str:
-        """See :meth:`LocalClient.send_json`."""
         return await self.send(
             queue, json_body(value), content_type=JSON_CONTENT_TYPE, attributes=attributes, delay_seconds=delay_seconds
         )
@@ -163,7 +156,6 @@ class AsyncLocalClient:
     async def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = 10
     ) -> list[str | MQError]:
-        """See :meth:`LocalClient.send_batch` (waits for capacity are awaited on the loop)."""
         return await _drive(self.sync.sender.send_batch_op(queue, entries, batch_size))
 
     async def receive(
@@ -177,7 +169,6 @@ class AsyncLocalClient:
         partition: int | None = None,
         partitions: int | None = None,
     ) -> list[Message]:
-        """See :meth:`LocalClient.receive` (long polling is awaited on the loop, not in a thread)."""
         receiver = self.sync.receiver
         op = receiver.receive_op(
             queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
@@ -185,31 +176,24 @@ class AsyncLocalClient:
         return await _drive(op, receiver.expand)
 
     async def delete(self, queue: str, receipt_handle: str) -> None:
-        """See :meth:`LocalClient.delete`."""
         await asyncio.to_thread(self.sync.delete, queue, receipt_handle)
 
     async def delete_by_id(self, queue: str, message_id: str) -> None:
-        """See :meth:`LocalClient.delete_by_id`."""
         await asyncio.to_thread(self.sync.delete_by_id, queue, message_id)
 
     async def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
-        """See :meth:`LocalClient.delete_batch`."""
         return await asyncio.to_thread(self.sync.delete_batch, queue, receipt_handles)
 
     async def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
-        """See :meth:`LocalClient.change_visibility`."""
         return await asyncio.to_thread(self.sync.change_visibility, queue, receipt_handle, timeout_seconds)
 
     async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
-        """See :meth:`LocalClient.change_visibility_batch`."""
         return await asyncio.to_thread(self.sync.change_visibility_batch, queue, entries)
 
     async def ack(self, message: Message) -> None:
-        """See :meth:`LocalClient.ack`."""
         await asyncio.to_thread(self.sync.ack, message)
 
     async def nack(self, message: Message, delay_seconds: int = 0) -> None:
-        """See :meth:`LocalClient.nack`."""
         await asyncio.to_thread(self.sync.nack, message, delay_seconds)
 
     async def peek(
@@ -221,17 +205,14 @@ class AsyncLocalClient:
         partition: int | None = None,
         partitions: int | None = None,
     ) -> PeekPage:
-        """See :meth:`LocalClient.peek`."""
         return await asyncio.to_thread(
             lambda: self.sync.peek(queue, after=after, limit=limit, partition=partition, partitions=partitions)
         )
 
     async def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
-        """See :meth:`LocalClient.peek_ids`."""
         return await asyncio.to_thread(self.sync.peek_ids, queue, message_ids)
 
     async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
-        """See :meth:`LocalClient.delete_by_ids`."""
         return await asyncio.to_thread(self.sync.delete_by_ids, queue, message_ids)
 
     def iter_peek(
@@ -242,7 +223,6 @@ class AsyncLocalClient:
         partition: int | None = None,
         partitions: int | None = None,
     ) -> AsyncIterator[PeekedMessage]:
-        """Every message of the queue, oldest first, by pages (an async iterator); see :meth:`LocalClient.peek`."""
 
         async def pages() -> AsyncIterator[PeekedMessage]:
             after: str | None = None
@@ -259,7 +239,6 @@ class AsyncLocalClient:
     async def start_redrive(
         self, queue: str, *, destination: str | None = None, max_messages_per_second: int | None = None
     ) -> dict[str, Any]:
-        """See :meth:`LocalClient.start_redrive` (runs to the end in a worker thread)."""
         return await asyncio.to_thread(
             lambda: self.sync.start_redrive(
                 queue, destination=destination, max_messages_per_second=max_messages_per_second
@@ -267,9 +246,7 @@ class AsyncLocalClient:
         )
 
     async def redrive_status(self, queue: str) -> dict[str, Any] | None:
-        """See :meth:`LocalClient.redrive_status`."""
         return await asyncio.to_thread(self.sync.redrive_status, queue)
 
     async def cancel_redrive(self, queue: str) -> dict[str, Any]:
-        """See :meth:`LocalClient.cancel_redrive`."""
         return await asyncio.to_thread(self.sync.cancel_redrive, queue)
