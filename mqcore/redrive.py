@@ -4,7 +4,9 @@ A redrive task's status lives in ``queues/DLQ/.redrive`` (docs/protocol.md
 15.10). The process running it (an ``mq`` daemon, or a brokerless client
 inside its call) rewrites it every :data:`REDRIVE_STATUS_INTERVAL_SECONDS`;
 every reader applies the same staleness rule, so "one running task per
-queue" holds across daemons and brokerless processes. Pure functions, no I/O.
+queue" holds across daemons and brokerless processes. Pure functions, no I/O;
+the task that writes the status (start, pacing, moves, stop, cancel) is
+:mod:`mqcore.service.redrive`.
 """
 
 from __future__ import annotations
