@@ -47,9 +47,7 @@ class RedriveRunner:
             As ``LocalClient.start_redrive``.
         """
         source = check_queue_name(queue)
-        rate = DEFAULT_REDRIVE_RATE
-        if max_messages_per_second is not None:
-            rate = REDRIVE_RATE.check(max_messages_per_second, key="field")
+        rate = REDRIVE_RATE.optional(max_messages_per_second, key="field") or DEFAULT_REDRIVE_RATE
         dest = check_queue_name(destination) if destination is not None else None
         rules.check_redrive_queues(self.store, source, dest)
         with self._lock:
