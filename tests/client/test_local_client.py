@@ -1,4 +1,4 @@
-"""The brokerless clients (mqcore.client._local) on temporary roots, with no daemon running.
+"""The brokerless clients (mqcore.client._local*) on temporary roots, with no daemon running.
 
 Every behaviour the daemons provide in the background must happen here on the call that
 needs it: redelivery after a visibility timeout and dead-lettering (mq-mover's job), the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mqcore.client._local import AsyncLocalClient, LocalClient
+from mqcore.client import AsyncLocalClient, LocalClient
 from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry, Message
 from mqcore.errors import (
     InvalidAttribute,
@@ -382,6 +382,31 @@ def test_redrive_runs_to_the_end(client: LocalClient, queue: str) -> None:
         client.start_redrive("dlq", destination="missing")
 
 
+def test_a_running_redrive_is_paced_and_cancelled_from_another_client(client: LocalClient, root: Path) -> None:
+    client.create_queue("dlq")
+    client.create_queue("back")
+    client.send_batch("dlq", [str(i) for i in range(20)])
+    result: list[dict[str, object]] = []
+    runner = threading.Thread(
+        target=lambda: result.append(client.start_redrive("dlq", destination="back", max_messages_per_second=4))
+    )
+    runner.start()
+    with LocalClient(root) as other:
+        while (status := other.redrive_status("dlq")) is None or status["moved"] == 0:
+            assert runner.is_alive(), result
+            runner.join(0.05)
+        assert status["state"] == "running"
+        assert other.cancel_redrive("dlq")["state"] == "cancelled"
+    runner.join()
+    (final,) = result
+    assert final["state"] == "cancelled" and "cancel_requested_ms" in final
+    moved = final["moved"]
+    assert isinstance(moved, int) and 0 < moved < 20  # 4 per second: far from done when the cancel came
+    assert client.queue_stats("back")["ready"] == moved
+    assert client.queue_stats("dlq")["ready"] == 20 - moved
+    assert client.redrive_status("dlq") == final
+
+
 # -- delays -----------------------------------------------------------------------------------------
 
 
@@ -638,3 +663,36 @@ async def test_async_capacity_wait_is_awaited(root: Path) -> None:
             await client.send("jobs", b"4")
         results = await client.send_batch("jobs", [b"5", BatchEntry(b"6", delay_seconds=1)])
         assert isinstance(results[0], QueueFull) and isinstance(results[1], str)
+
+
+async def test_async_cancelled_waits_leave_nothing_behind(root: Path) -> None:
+    """A cancelled send waiting for room gives its place back; a cancelled long poll leases nothing."""
+    async with AsyncLocalClient(root) as client:
+        await client.create_queue("jobs", {"capacity": 1, "capacity_wait_seconds": 20})
+        await client.create_queue("idle")
+        await client.send("jobs", b"1")
+        blocked = asyncio.create_task(client.send("jobs", b"2"))
+        poll = asyncio.create_task(client.receive("idle", wait_time_seconds=20))
+        await asyncio.sleep(0.2)
+        for task in (blocked, poll):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await client.set_attributes("jobs", {"capacity_wait_seconds": 0})
+        (first,) = await client.receive("jobs")
+        assert first.body == b"1"
+        await client.send("jobs", b"3")  # the cancelled send holds no room
+        sent = await client.send("idle", b"x")
+        assert [m.message_id for m in await client.receive("idle")] == [sent]  # the cancelled poll leased nothing
+
+
+async def test_async_attempt_retry_waits_for_the_first_try(root: Path) -> None:
+    """A retry sent while the first try still long-polls waits for it, then receives the same message."""
+    async with AsyncLocalClient(root) as client:
+        await client.create_queue("jobs")
+        tries = [asyncio.create_task(client.receive("jobs", wait_time_seconds=20, attempt_id="a")) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        sent = await client.send("jobs", b"x")  # a thread is free for it while both tries wait
+        got = await asyncio.gather(*tries)
+    assert [[m.message_id for m in batch] for batch in got] == [[sent], [sent]]
+    assert sorted(m.receive_count for batch in got for m in batch) == [1, 2]
