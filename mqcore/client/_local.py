@@ -40,8 +40,10 @@ from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_cli
 from mqcore.client._local_redrive import RedriveRunner
 from mqcore.client._local_send import Sender, json_body
 from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Watches, drive
-from mqcore.client._types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
+from mqcore.client.api import QueueClient, documented_by
+from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
+from mqcore.limits import DEFAULT_BATCH_MESSAGES
 from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, Store, now_ms
 from mqcore.service.handles import LeaseMemory, check_handle
@@ -111,6 +113,7 @@ def _each(
     return out
 
 
+@documented_by(QueueClient)
 class LocalClient:
     """The client interface on a queue root, with no daemon (brokerless mode).
 
@@ -225,7 +228,7 @@ class LocalClient:
         )
 
     def send_batch(
-        self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = 10
+        self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
     ) -> list[str | MQError]:
         return drive(self.sender.send_batch_op(queue, entries, batch_size))
 
@@ -251,7 +254,7 @@ class LocalClient:
     def delete(self, queue: str, receipt_handle: str) -> None:
         name = check_queue_name(queue)
         handle = check_handle(receipt_handle, name)
-        self.store.delete_by_handle(name, handle.text, self._leases.current(handle))
+        self.store.delete_by_handle(name, handle, self._leases.current(handle))
         self._leases.released(handle)
         reap_message(self.store, name, handle.message_id)
 
@@ -269,9 +272,7 @@ class LocalClient:
         timeout = VISIBILITY_TIMEOUT_SECONDS.check(timeout_seconds, key="field")
         handle = check_handle(receipt_handle, name)
         now = now_ms()
-        current = self.store.change_visibility(
-            name, handle.text, timeout * 1000, now=now, hint=self._leases.current(handle)
-        )
+        current = self.store.change_visibility(name, handle, timeout * 1000, now=now, hint=self._leases.current(handle))
         if timeout == 0:
             self._leases.released(handle)
             return now

@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 from mqcore.client._local import LocalClient
 from mqcore.client._local_send import json_body
 from mqcore.client._local_waiters import Op, Sleep, Undoable
-from mqcore.client._types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
+from mqcore.client.api import AsyncQueueClient, documented_by
+from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import MQError
+from mqcore.limits import DEFAULT_BATCH_MESSAGES
 from mqcore.protocol import DEFAULT_PEEK_LIMIT
 from mqcore.service.plans import run_async
 
@@ -76,6 +78,7 @@ async def _drive(op: Op[T], expand: Callable[[Any], Op[Any]] | None = None) -> T
     return await run_async(op, asyncio.to_thread, handle)
 
 
+@documented_by(AsyncQueueClient)
 class AsyncLocalClient:
     """:class:`LocalClient` with every method a coroutine, for asyncio programs.
 
@@ -154,7 +157,7 @@ class AsyncLocalClient:
         )
 
     async def send_batch(
-        self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = 10
+        self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
     ) -> list[str | MQError]:
         return await _drive(self.sync.sender.send_batch_op(queue, entries, batch_size))
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
-from mqcore.client._types import Message
+from mqcore.client.types import Message
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, check_queue_name, removed_name
 from mqcore.protocol import LeasePolicy, Store, now_ms

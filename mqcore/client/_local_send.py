@@ -19,8 +19,9 @@ from typing import Any
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
-from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry
+from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, QueueFull
+from mqcore.limits import MAX_BATCH_MESSAGES
 from mqcore.names import QueueName, check_queue_name
 from mqcore.protocol import SendEntry, Store
 from mqcore.service.capacity import SendReservations, queue_full
@@ -35,7 +36,7 @@ from mqcore.service.requests import (
 )
 
 #: Most entries one chunk of ``send_batch`` may hold (the daemon's ``--max-batch-messages`` cap).
-MAX_BATCH_SIZE = 1000
+MAX_BATCH_SIZE = MAX_BATCH_MESSAGES
 #: ``send_batch``'s ``batch_size``: entries per group commit.
 BATCH_SIZE = Limit("batch_size", 1, MAX_BATCH_SIZE)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from mqcore.client import AsyncLocalClient, LocalClient
-from mqcore.client._types import TEXT_CONTENT_TYPE, BatchEntry, Message
+from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry, Message
 from mqcore.errors import (
     InvalidAttribute,
     InvalidMessageId,
