@@ -592,3 +592,58 @@ def mount_tmpfs() -> Iterator[Callable[[Path, str], Path]]:
     yield mount
     for mount_point in reversed(mounted):
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30, check=False)
+
+
+
+# -- running in parallel (scripts/test.sh: pytest -n N --dist loadgroup, pytest-xdist) ------------------------
+
+#: Test folders whose modules share one expensive session fixture, so all their tests must run in one worker:
+#: the Spark standalone cluster and session, the GlusterFS volume (one per machine: glusterd listens on
+#: 127.0.0.2:24007), Chromium. They go first, in this order, since they take longest.
+SHARED_SESSION_FOLDERS = ("spark", "cluster", "browser")
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in under ``--dist loadgroup``: its heavy folder (SHARED_SESSION_FOLDERS) or its module.
+
+    A module's tests stay in one worker, so its module-scoped stacks start once and its tests keep their order.
+    """
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in SHARED_SESSION_FOLDERS:
+        return f"tests/{parts[1]}"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` groups by :func:`xdist_group_of` (pytest-xdist's own loadgroup needs ``xdist_group``
+    marks, which it cannot apply under pytest 9), in the order the workers collected the tests (see
+    :func:`pytest_collection_modifyitems`)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection order: the heavy groups first
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, order the work: the heavy folders first, then the larger modules (stable)."""
+    if not getattr(config.option, "loadgroup", False):  # set by pytest-xdist on its workers
+        return
+    groups = {id(item): xdist_group_of(item.nodeid) for item in items}
+    sizes: dict[str, int] = {}
+    for group in groups.values():
+        sizes[group] = sizes.get(group, 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        group = groups[id(item)]
+        heavy = [f"tests/{folder}" for folder in SHARED_SESSION_FOLDERS]
+        return (heavy.index(group), 0) if group in heavy else (len(heavy), -sizes[group])
+
+    items.sort(key=rank)
