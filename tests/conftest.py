@@ -615,11 +615,17 @@ def xdist_group_of(nodeid: str) -> str:
     return path
 
 
+#: Modules whose tests bound a wall-clock latency tightly (tens of milliseconds: a long poll woken by a send, a
+#: delayed message due at its deadline). In a parallel run they go last, in one worker, once every other worker
+#: is done, so the run's own Spark, GlusterFS and daemon load never delays what they time.
+SERIAL_MODULES = ("tests/integration/test_sqs_long_polling.py", "tests/integration/test_background_mover.py")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup`` groups by :func:`xdist_group_of` (pytest-xdist's own loadgroup needs ``xdist_group``
     marks, which it cannot apply under pytest 9), in the order the workers collected the tests (see
-    :func:`pytest_collection_modifyitems`)."""
+    :func:`pytest_collection_modifyitems`), and runs SERIAL_MODULES alone at the end."""
     if config.getoption("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -628,12 +634,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group_of(nodeid)
 
+        def _reschedule(self, node: Any) -> None:
+            if not self.workqueue or any(scope not in SERIAL_MODULES for scope in self.workqueue):
+                super()._reschedule(node)
+                return
+            # Only the serial modules are left. A worker's last test runs once it gets more work or is told to
+            # stop: every worker but one stops; the last one gets them all once the others have finished.
+            if node.shutting_down:
+                node = next((n for n in self.nodes if not n.shutting_down), None)
+                if node is None:
+                    return
+            elif self._pending_of(self.assigned_work[node]) > 2:
+                return
+            elif any(not n.shutting_down for n in self.nodes if n is not node):
+                node.shutdown()
+                return
+            if any(self._pending_of(work) for other, work in self.assigned_work.items() if other is not node):
+                return
+            while self.workqueue:
+                self._assign_work_unit(node)
+
     config.option.loadscopereorder = False  # keep the collection order: the heavy groups first
     return GroupScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``, order the work: the heavy folders first, then the larger modules (stable)."""
+    """Under ``--dist loadgroup``, order the work: the heavy folders first, then the larger modules, SERIAL_MODULES
+    last (stable)."""
     if not getattr(config.option, "loadgroup", False):  # set by pytest-xdist on its workers
         return
     groups = {id(item): xdist_group_of(item.nodeid) for item in items}
@@ -644,6 +671,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def rank(item: pytest.Item) -> tuple[int, int]:
         group = groups[id(item)]
         heavy = [f"tests/{folder}" for folder in SHARED_SESSION_FOLDERS]
-        return (heavy.index(group), 0) if group in heavy else (len(heavy), -sizes[group])
+        if group in heavy:
+            return (heavy.index(group), 0)
+        return (len(heavy) + (group in SERIAL_MODULES), -sizes[group])
 
     items.sort(key=rank)
