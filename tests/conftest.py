@@ -634,6 +634,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group_of(nodeid)
 
+        def add_node_collection(self, node: Any, collection: Any) -> None:
+            # Schemathesis' items (tests/fuzz: one per API operation) share one node id under pytest 9; xdist
+            # tracks work by node id and would run only the first. Number the repeats, so each one runs.
+            seen: dict[str, int] = {}
+            unique = []
+            for nodeid in collection:
+                seen[nodeid] = seen.get(nodeid, 0) + 1
+                unique.append(nodeid if seen[nodeid] == 1 else f"{nodeid}#{seen[nodeid]}")
+            super().add_node_collection(node, unique)
+
         def _reschedule(self, node: Any) -> None:
             if not self.workqueue or any(scope not in SERIAL_MODULES for scope in self.workqueue):
                 super()._reschedule(node)
