@@ -594,7 +594,6 @@ def mount_tmpfs() -> Iterator[Callable[[Path, str], Path]]:
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30, check=False)
 
 
-
 # -- running in parallel (scripts/test.sh: pytest -n N --dist loadgroup, pytest-xdist) ------------------------
 
 #: Test folders whose modules share one expensive session fixture, so all their tests must run in one worker:
@@ -614,6 +613,10 @@ def xdist_group_of(nodeid: str) -> str:
         return f"tests/{parts[1]}"
     return path
 
+
+#: Modules run first in their heavy folder's worker: the first test there also pays for the folder's session
+#: fixture (a Spark cluster and session: 25-95 s), so it should be a short one with time to spare in its timeout.
+FIRST_IN_GROUP = ("tests/spark/test_source.py",)
 
 #: Modules whose tests bound a wall-clock latency tightly (tens of milliseconds: a long poll woken by a send, a
 #: delayed message due at its deadline). In a parallel run they go last, in one worker, once every other worker
@@ -682,7 +685,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = groups[id(item)]
         heavy = [f"tests/{folder}" for folder in SHARED_SESSION_FOLDERS]
         if group in heavy:
-            return (heavy.index(group), 0)
+            return (heavy.index(group), 0 if item.nodeid.split("::")[0] in FIRST_IN_GROUP else 1)
         return (len(heavy) + (group in SERIAL_MODULES), -sizes[group])
 
     items.sort(key=rank)
