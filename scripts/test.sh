@@ -5,25 +5,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv.sh '[dev,spark,examples]'   # installs only when .venv is missing or pyproject.toml changed
-# tests/docs/test_readme.py runs the README's curl examples.
-if ! command -v curl > /dev/null && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
-    echo "installing curl (the README's examples use it)..." >&2
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends curl ca-certificates > /dev/null
-fi
-# The console's browser test (tests/browser) drives Debian's headless Chromium; install it when missing
-# (as root, e.g. CI). Without it the browser test is skipped locally and fails under CI=true.
-if [ ! -x /usr/lib/chromium/chromium-headless-shell ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "installing chromium-headless-shell for the browser test (apt-get)" >&2
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
-fi
-# tests/cluster needs GlusterFS (and faketime for its clock-skew test): installed when running as root and missing.
-if [[ $(id -u) -eq 0 ]] && ! { command -v glusterd && command -v faketime; } >/dev/null 2>&1; then
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq glusterfs-server glusterfs-client \
-        faketime; } >/dev/null 2>&1 || echo "test.sh: could not install GlusterFS; the cluster tests will say why" >&2
+# Debian packages the tests need, installed when missing and running as root (e.g. CI) with one apt-get update and
+# one install: curl (tests/docs/test_readme.py runs the README's curl examples), Debian's headless Chromium (the
+# console's browser test, tests/browser), GlusterFS and faketime (tests/cluster and its clock-skew test). Without
+# them those tests are skipped locally and fail under CI=true, saying what is missing.
+packages=()
+command -v curl > /dev/null || packages+=(curl ca-certificates)
+[ -x /usr/lib/chromium/chromium-headless-shell ] || packages+=(chromium-headless-shell)
+command -v glusterd > /dev/null && command -v glusterfs > /dev/null || packages+=(glusterfs-server glusterfs-client)
+command -v faketime > /dev/null || packages+=(faketime)
+if [ ${#packages[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    echo "installing ${packages[*]} for the tests (apt-get)..." >&2
+    { apt-get update -qq -o DPkg::Lock::Timeout=300 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 \
+        "${packages[@]}"; } > /dev/null || echo "test.sh: could not install ${packages[*]}; the tests that need them will say why" >&2
 fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of
 # them compiles the same modules again (PYTHONDONTWRITEBYTECODE=1 environments never cache them).
 .venv/bin/python -m compileall -q mqcore daemons
-exec .venv/bin/python -m pytest "$@"
+# In parallel workers (pytest-xdist): most tests wait on daemons, timeouts and subprocesses, not on a CPU.
+# --dist loadgroup keeps each module, and each folder sharing one Spark cluster, GlusterFS volume or
+# Chromium, in one worker (tests/conftest.py). MQ_TEST_WORKERS=0 runs everything in this process.
+exec .venv/bin/python -m pytest -n "${MQ_TEST_WORKERS:-4}" --dist loadgroup "$@"

@@ -592,3 +592,100 @@ def mount_tmpfs() -> Iterator[Callable[[Path, str], Path]]:
     yield mount
     for mount_point in reversed(mounted):
         subprocess.run(["umount", "-l", str(mount_point)], capture_output=True, timeout=30, check=False)
+
+
+# -- running in parallel (scripts/test.sh: pytest -n N --dist loadgroup, pytest-xdist) ------------------------
+
+#: Test folders whose modules share one expensive session fixture, so all their tests must run in one worker:
+#: the Spark standalone cluster and session, the GlusterFS volume (one per machine: glusterd listens on
+#: 127.0.0.2:24007), Chromium. They go first, in this order, since they take longest.
+SHARED_SESSION_FOLDERS = ("spark", "cluster", "browser")
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The group a test runs in under ``--dist loadgroup``: its heavy folder (SHARED_SESSION_FOLDERS) or its module.
+
+    A module's tests stay in one worker, so its module-scoped stacks start once and its tests keep their order.
+    """
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in SHARED_SESSION_FOLDERS:
+        return f"tests/{parts[1]}"
+    return path
+
+
+#: Modules run first in their heavy folder's worker: the first test there also pays for the folder's session
+#: fixture (a Spark cluster and session: 25-95 s), so it should be a short one with time to spare in its timeout.
+FIRST_IN_GROUP = ("tests/spark/test_source.py",)
+
+#: Modules whose tests bound a wall-clock latency tightly (tens of milliseconds: a long poll woken by a send, a
+#: delayed message due at its deadline). In a parallel run they go last, in one worker, once every other worker
+#: is done, so the run's own Spark, GlusterFS and daemon load never delays what they time.
+SERIAL_MODULES = ("tests/integration/test_sqs_long_polling.py", "tests/integration/test_background_mover.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` groups by :func:`xdist_group_of` (pytest-xdist's own loadgroup needs ``xdist_group``
+    marks, which it cannot apply under pytest 9), in the order the workers collected the tests (see
+    :func:`pytest_collection_modifyitems`), and runs SERIAL_MODULES alone at the end."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+        def add_node_collection(self, node: Any, collection: Any) -> None:
+            # Schemathesis' items (tests/fuzz: one per API operation) share one node id under pytest 9; xdist
+            # tracks work by node id and would run only the first. Number the repeats, so each one runs.
+            seen: dict[str, int] = {}
+            unique = []
+            for nodeid in collection:
+                seen[nodeid] = seen.get(nodeid, 0) + 1
+                unique.append(nodeid if seen[nodeid] == 1 else f"{nodeid}#{seen[nodeid]}")
+            super().add_node_collection(node, unique)
+
+        def _reschedule(self, node: Any) -> None:
+            if not self.workqueue or any(scope not in SERIAL_MODULES for scope in self.workqueue):
+                super()._reschedule(node)
+                return
+            # Only the serial modules are left. A worker's last test runs once it gets more work or is told to
+            # stop: every worker but one stops; the last one gets them all once the others have finished.
+            if node.shutting_down:
+                node = next((n for n in self.nodes if not n.shutting_down), None)
+                if node is None:
+                    return
+            elif self._pending_of(self.assigned_work[node]) > 2:
+                return
+            elif any(not n.shutting_down for n in self.nodes if n is not node):
+                node.shutdown()
+                return
+            if any(self._pending_of(work) for other, work in self.assigned_work.items() if other is not node):
+                return
+            while self.workqueue:
+                self._assign_work_unit(node)
+
+    config.option.loadscopereorder = False  # keep the collection order: the heavy groups first
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, order the work: the heavy folders first, then the larger modules, SERIAL_MODULES
+    last (stable)."""
+    if not getattr(config.option, "loadgroup", False):  # set by pytest-xdist on its workers
+        return
+    groups = {id(item): xdist_group_of(item.nodeid) for item in items}
+    sizes: dict[str, int] = {}
+    for group in groups.values():
+        sizes[group] = sizes.get(group, 0) + 1
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        group = groups[id(item)]
+        heavy = [f"tests/{folder}" for folder in SHARED_SESSION_FOLDERS]
+        if group in heavy:
+            return (heavy.index(group), 0 if item.nodeid.split("::")[0] in FIRST_IN_GROUP else 1)
+        return (len(heavy) + (group in SERIAL_MODULES), -sizes[group])
+
+    items.sort(key=rank)

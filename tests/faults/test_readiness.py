@@ -20,9 +20,12 @@ MIB = 1024 * 1024
 
 
 def fill(path: Path, size: int | None) -> None:
-    """Write ``size`` bytes to ``path`` (None: until the filesystem is full)."""
+    """Write ``size`` bytes to ``path`` (None: until the filesystem is full).
+
+    Unbuffered: a buffered file that hit ENOSPC keeps the unwritten rest and raises again when closed.
+    """
     chunk = b"\0" * 65536
-    with path.open("wb") as fh, contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), path.open("wb", buffering=0) as fh:
         written = 0
         while size is None or written < size:
             fh.write(chunk[: 65536 if size is None else min(65536, size - written)])
