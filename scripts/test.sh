@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install mq with its test dependencies into ./.venv, lint (ruff, import-linter's layer contracts), and run
+# Install mq with its test dependencies into ./.venv, lint (ruff, import-linter's layer contracts), type-check
+# (mypy --strict), and run
 # the whole test suite.
 # Usage: bash scripts/test.sh [pytest args...]
 set -euo pipefail
@@ -21,6 +22,8 @@ if [ ${#packages[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/
 fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
+# The type gate: mypy --strict over mqcore and daemons (config in pyproject.toml, [tool.mypy]).
+.venv/bin/python -m mypy
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of
 # them compiles the same modules again (PYTHONDONTWRITEBYTECODE=1 environments never cache them).
 .venv/bin/python -m compileall -q mqcore daemons
