@@ -12,7 +12,6 @@ cancel it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -22,7 +21,7 @@ from mqcore.names import QueueName, check_queue_name
 from mqcore.protocol import Store, now_ms
 from mqcore.redrive import DEFAULT_REDRIVE_RATE
 from mqcore.service import redrive as rules
-from mqcore.service.plans import Blocking, run_sync
+from mqcore.service.plans import run_sync
 from mqcore.service.requests import REDRIVE_RATE
 
 logger = logging.getLogger(__name__)
@@ -79,16 +78,7 @@ class RedriveRunner:
             raise TypeError(f"no handler for {step!r}")
 
         plan = rules.redrive_task(self.store, status, time.monotonic)
-        try:
-            run_sync(plan, handle)
-        except Exception:
-            raise
-        except BaseException as exc:  # run_sync gives a plan Exceptions only: let the task record "failed" too
-            with contextlib.suppress(BaseException):  # the plan raises exc again
-                step = plan.throw(exc)
-                while isinstance(step, Blocking):
-                    step = plan.send(step.fn())
-            raise
+        run_sync(plan, handle)  # Ctrl-C is thrown into the plan too: the task records "failed" at once
         return dict(status)
 
     def status(self, queue: str) -> dict[str, Any] | None:

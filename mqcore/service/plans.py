@@ -65,10 +65,14 @@ class _Runner:
 def run_sync(plan: Plan[R], handle: Callable[[Any], Any] | None = None) -> R:
     """Run ``plan`` in this thread: :class:`Blocking` inline, any other operation by ``handle(op)``.
 
+    An operation's error, KeyboardInterrupt included, is thrown into the plan first (its
+    ``finally`` and ``except BaseException`` clauses run, and may still yield file work), as
+    :func:`run_async` does with a cancellation.
+
     Returns:
         What the plan returns.
     Raises:
-        What the plan raises; an operation's error is thrown into the plan first.
+        What the plan raises.
     """
     run = _Runner(plan)
     while not run.advance():
@@ -79,7 +83,7 @@ def run_sync(plan: Plan[R], handle: Callable[[Any], Any] | None = None) -> R:
                 raise TypeError(f"no handler for {run.op!r}")
             else:
                 run.answer(handle(run.op))
-        except Exception as exc:  # noqa: BLE001  # thrown into the plan, which re-raises what it does not handle
+        except BaseException as exc:  # noqa: BLE001  # thrown into the plan, which re-raises what it does not handle
             run.fail(exc)
     return run.value  # type: ignore[no-any-return]
 

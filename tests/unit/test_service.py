@@ -470,3 +470,22 @@ def test_redrive_task_plan_yields_to_another_task_and_records_failures(store: St
         plans.run_sync(redrive.redrive_task(store, status, lambda: now[0]), broken)
     shown = redrive.read_status(store, DLQ, now_ms())
     assert shown is not None and shown["state"] == "failed" and shown["error"] == "disk on fire"
+
+
+def test_run_sync_throws_ctrl_c_into_the_plan_so_its_cleanup_runs_then_reraises() -> None:
+    """A KeyboardInterrupt in a blocking step reaches the plan (as run_async does with a cancellation):
+    its ``finally`` still gets to do file work, then the interrupt leaves run_sync."""
+    done: list[str] = []
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    def plan() -> plans.Plan[None]:
+        try:
+            yield plans.Blocking(interrupted)
+        finally:
+            yield plans.Blocking(lambda: done.append("status written"))
+
+    with pytest.raises(KeyboardInterrupt):
+        plans.run_sync(plan())
+    assert done == ["status written"]
