@@ -131,6 +131,37 @@ def consume(
                 time.sleep(0.05)
 
 
+def start_load(
+    queue: str,
+    ledger: Ledger,
+    *,
+    producers: list[tuple[str, str]],
+    count: int,
+    consumers: list[tuple[str, str]],
+    visibility_timeout: float,
+) -> tuple[list[threading.Thread], list[threading.Thread], threading.Event]:
+    """Start one producer thread per ``(target, prefix)`` (``count`` single sends each) and one consumer
+    thread per ``(target, name)`` on ``queue``; return them and the consumers' stop event (for
+    :func:`finish_load`)."""
+    stop = threading.Event()
+    sending = [
+        threading.Thread(daemon=True, target=produce, args=(target, queue, prefix, count, ledger))
+        for target, prefix in producers
+    ]
+    receiving = [
+        threading.Thread(
+            daemon=True,
+            target=consume,
+            args=(target, [queue], name, ledger, stop),
+            kwargs={"visibility_timeout": visibility_timeout},
+        )
+        for target, name in consumers
+    ]
+    for t in (*sending, *receiving):
+        t.start()
+    return sending, receiving, stop
+
+
 def finish_load(
     ledger: Ledger,
     producers: list[threading.Thread],

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from cluster_load import Ledger, check, consume, finish_load, produce
+from cluster_load import Ledger, check, consume, finish_load, produce, start_load
 from conftest import Gluster, Host, start_hosts
 
 from mqcore.client import connect
@@ -105,22 +105,14 @@ def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_not
     with connect(hosts[0].stack.url) as client:
         client.create_queue(queue)
     ledger = Ledger()
-    stop = threading.Event()
-    producers = [
-        threading.Thread(daemon=True, target=produce, args=(h.stack.url, queue, f"b{h.index}", 60, ledger))
-        for h in hosts
-    ]
-    consumers = [
-        threading.Thread(
-            daemon=True,
-            target=consume,
-            args=(h.stack.url, [queue], f"c{h.index}", ledger, stop),
-            kwargs={"visibility_timeout": 30},
-        )
-        for h in hosts[:2]
-    ]
-    for t in (*producers, *consumers):
-        t.start()
+    producers, consumers, stop = start_load(
+        queue,
+        ledger,
+        producers=[(h.stack.url, f"b{h.index}") for h in hosts],
+        count=60,
+        consumers=[(h.stack.url, f"c{h.index}") for h in hosts[:2]],
+        visibility_timeout=30,
+    )
     while len(ledger.sent) < 40:
         time.sleep(0.05)
     os.kill(gluster.brick_pid(2), signal.SIGKILL)

@@ -12,13 +12,12 @@ What happens (docs/cluster.md, "Clocks"; docs/protocol.md section 11), as a user
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from cluster_load import Ledger, check, consume, finish_load, produce
+from cluster_load import Ledger, check, finish_load, start_load
 from conftest import Gluster, Host, cluster_unavailable, start_hosts
 
 from tests.conftest import Daemons
@@ -83,22 +82,14 @@ def test_nothing_acknowledged_is_lost_with_skewed_hosts_under_load(hosts):
     queue = "skew-load"
     httpx.put(f"{hosts[1].stack.url}/{queue}")
     ledger = Ledger()
-    stop = threading.Event()
-    producers = [
-        threading.Thread(daemon=True, target=produce, args=(h.stack.url, queue, f"s{h.index}", 40, ledger))
-        for h in hosts
-    ]
-    consumers = [
-        threading.Thread(
-            daemon=True,
-            target=consume,
-            args=(h.stack.url, [queue], f"c{h.index}", ledger, stop),
-            kwargs={"visibility_timeout": 10},
-        )
-        for h in hosts
-    ]
-    for t in (*producers, *consumers):
-        t.start()
+    producers, consumers, stop = start_load(
+        queue,
+        ledger,
+        producers=[(h.stack.url, f"s{h.index}") for h in hosts],
+        count=40,
+        consumers=[(h.stack.url, f"c{h.index}") for h in hosts],
+        visibility_timeout=10,
+    )
     finish_load(ledger, producers, consumers, stop)
     # A mover 2 s ahead may redeliver a lease 2 s early: a double delivery is one inside (timeout - skew).
     counts = check(ledger, 10 - 2 * max(SKEW))
