@@ -368,6 +368,9 @@ class Broker:
             ServerBusy: Too many long polls wait on the queue.
             StorageUnavailable: The receive failed.
         """
+        if self.settings.processes > 1 and self.queues.watcher is not None:
+            # Another worker's send is in this one's inotify queue before its 201 (docs/api.md).
+            self.queues.on_watch_events()
         state = await self.queues.queue_state(queue)
         request = args.resolve(queue, state.attrs)
         if request.attempt_id is None:

@@ -177,6 +177,8 @@ class LimitedSite(web.BaseSite):
         sock: An already listening socket (socket activation), or None.
         max_connections: Most connections served at once (aiohttp's open handlers).
         refusals: Counter whose ``"connections"`` counts the connections refused.
+        reuse_port: Bind with ``SO_REUSEPORT`` (a worker of ``mq --processes N``: the kernel spreads
+            connections over the workers bound to the port).
         **kwargs: ``ssl_context``, ``shutdown_timeout``, ``backlog`` as for aiohttp's sites.
     """
 
@@ -189,10 +191,12 @@ class LimitedSite(web.BaseSite):
         sock: socket.socket | None,
         max_connections: int,
         refusals: Counter[str] | None = None,
+        reuse_port: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(runner, **kwargs)
         self._host, self._port, self._sock = host, port, sock
+        self._reuse_port = reuse_port
         self._max_connections = max_connections
         self.refusals: Counter[str] = refusals if refusals is not None else Counter()
 
@@ -224,5 +228,6 @@ class LimitedSite(web.BaseSite):
             )
         else:
             self._server = await loop.create_server(
-                factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, reuse_address=True
-            )
+                factory, self._host, self._port, ssl=self._ssl_context, backlog=self._backlog, reuse_address=True,
+                reuse_port=self._reuse_port or None
+            )  # fmt: skip

@@ -12,9 +12,11 @@ latency, group-commit size, errors by step) come from
 :data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads, so they
 use prometheus-client's thread-safe histograms.
 
-Several processes on one root: every process serves its own registry and
+Several daemons on one root: every daemon serves its own registry and
 Prometheus scrapes each as its own target (its ``instance`` label), so no
-multiprocess mode is needed; docs/metrics.md says how to aggregate.
+multiprocess mode is needed; docs/metrics.md says how to aggregate. The
+workers of one ``mq --processes N`` share a port, so there the worker that
+answers adds its siblings' counters to its own (``daemons._procmetrics``).
 """
 
 from __future__ import annotations
@@ -427,12 +429,15 @@ class BrokerMetrics:
         self.registry.register(self.collector)
         self.registry.register(DiskCollector(broker.settings.root))
         ProcessCollector(registry=self.registry)
+        #: With ``--processes N``: adds the other workers' metrics to this registry's (daemons._procmetrics).
+        self.combine: Callable[[CollectorRegistry], Awaitable[Any]] | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
         """``GET /metrics``: the Prometheus text format (or OpenMetrics if the scraper asks for it)."""
         await self.collector.refresh()
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
+        source = self.registry if self.combine is None else await self.combine(self.registry)
+        return web.Response(body=encoder(source), headers={"Content-Type": content_type})
 
 
 # -- mq-mover and mq-reaper ----------------------------------------------------------

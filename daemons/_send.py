@@ -13,7 +13,7 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from daemons import _runtime
+from daemons import _processes, _runtime
 from daemons._queues import QueueState
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName, ready_name
@@ -91,6 +91,8 @@ class Sender:
         finally:
             state.sending -= admitted
         broker.counts.add("sent", queue)
+        if broker.settings.processes > 1:  # sequential sends keep their order across processes
+            await _processes.past_id_millisecond([message_id])
         return message_id
 
     async def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
@@ -129,6 +131,8 @@ class Sender:
         self.broker.counts.add("sent", queue, sum(isinstance(result, str) for result in stored))
         self.broker.counts.add("capacity_rejected", queue, len(refused))
         full = queue_full(queue, state.attrs)
+        if self.broker.settings.processes > 1:  # sequential sends keep their order across processes
+            await _processes.past_id_millisecond([r for r in stored if isinstance(r, str)])
         return [by_entry.get(i, full) for i in range(len(entries))]
 
     async def _store_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:

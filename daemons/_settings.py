@@ -22,6 +22,8 @@ MAX_BATCH_MESSAGES_LIMIT = 1000
 BATCH_ENTRY_OVERHEAD_BYTES = 4096
 #: JSON escapes (``\\u0000``) make a ``body`` string up to 6 bytes per body byte.
 JSON_EXPANSION = 6
+#: Most ``--processes`` (mq processes serving one port and root; docs/api.md "Several mq processes").
+MAX_PROCESSES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,8 @@ class Settings:
     """Queues named in ``/metrics`` labels; the others are summed under ``queue="_other"`` (docs/metrics.md)."""
     min_free_bytes: int = 0
     """Free bytes of the root's filesystem below which sends get 507 and ``/readyz`` 503 (0 = only when full)."""
+    processes: int = 1
+    """mq processes serving the port (1 = this one; more: a supervisor and N workers, daemons._processes)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -115,6 +119,8 @@ class Settings:
         _runtime.positive("max-waiters", self.max_waiters)
         _runtime.positive("metrics-max-queues", self.metrics_max_queues, allow_zero=True)
         _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
+        if not 1 <= self.processes <= MAX_PROCESSES:
+            raise ConfigError(f"processes must be 1-{MAX_PROCESSES} or auto, got {self.processes}", key="processes")
 
     @property
     def queue_defaults(self) -> QueueAttributes:

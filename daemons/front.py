@@ -35,6 +35,7 @@ shared with the brokerless client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from typing import Any
 import click
 from aiohttp import web
 
-from daemons import _auth, _listen, _runtime, _watchdog
+from daemons import _auth, _listen, _processes, _runtime, _watchdog
 from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
 from daemons._console import add_console_routes
@@ -155,8 +156,14 @@ def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> web.
     )
 
 
-async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = None) -> int:
+async def serve(
+    settings: Settings, *, shutdown_trigger: asyncio.Event | None = None, link: _processes.WorkerLink | None = None
+) -> int:
     """Run the HTTP front end until ``shutdown_trigger`` is set (or SIGTERM/SIGINT when None).
+
+    With ``link`` this is one worker of ``mq --processes N`` (``daemons._processes``): it binds the
+    supervisor's port with ``SO_REUSEPORT`` (or serves the socket it shares) and reports to the
+    supervisor instead of logging the readiness line and talking to systemd.
 
     On stop, long polls and sends waiting for room answer at once, then the
     other in-flight requests finish (up to SHUTDOWN_TIMEOUT_SECONDS). A
@@ -169,7 +176,7 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     stop = shutdown_trigger or asyncio.Event()
     auth = _auth.Authenticator(settings.auth_file) if settings.auth_file else None
     tls = _listen.tls_context(settings.tls_cert, settings.tls_key)
-    sock = _listen.inherited_socket()
+    sock = _listen.inherited_socket() if link is None else link.socket()
     address = sock.getsockname()[0] if sock is not None else settings.address
     exposure = _listen.check_exposure(address, auth=auth is not None, insecure_listen=settings.insecure_listen)
     if shutdown_trigger is None:
@@ -184,8 +191,9 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
     site = _listen.LimitedSite(
         runner,
         settings.address,
-        settings.port,
+        settings.port if link is None else link.port,
         sock=sock,
+        reuse_port=link is not None,
         max_connections=settings.max_connections,
         refusals=broker.refusals,
         ssl_context=tls,
@@ -209,13 +217,18 @@ async def serve(settings: Settings, *, shutdown_trigger: asyncio.Event | None = 
         logger.info("socket activation: serving the socket systemd passed (fd %d)", sock.fileno())
     scheme = "https" if tls is not None else "http"
     host_text = f"[{host}]" if ":" in host else host
-    logger.info(
-        "mq listening on %s://%s:%d root=%s workers=%d", scheme, host_text, port, settings.root, settings.workers
-    )
-    _runtime.sd_notify("READY=1")
-    watchdog = asyncio.create_task(_watchdog.run(_status_line(broker, runner)))
+    if link is not None:
+        watchdog = await link.serving(broker, runner, f"{scheme}://{host_text}:{port}")
+    else:
+        logger.info(
+            "mq listening on %s://%s:%d root=%s workers=%d", scheme, host_text, port, settings.root, settings.workers
+        )
+        _runtime.sd_notify("READY=1")
+        watchdog = asyncio.create_task(_watchdog.run(_status_line(broker, runner)))
     await stop.wait()
     watchdog.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watchdog
     logger.info("stopping: finishing in-flight requests")
     await broker.begin_stop()
     await runner.cleanup()
@@ -329,6 +342,15 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     show_default=True,
     help="Free bytes of the root's filesystem below which sends get 507 and /readyz 503 (0 = off).",
 )
+@click.option(
+    "--processes",
+    type=_processes.ProcessCount(),
+    default=1,
+    envvar="MQ_PROCESSES",
+    show_envvar=True,
+    show_default=True,
+    help="mq processes serving the port (SO_REUSEPORT), or auto = one per usable CPU (docs/api.md).",
+)
 @_runtime.log_level_option
 @click.option(
     "--access-log/--no-access-log",
@@ -393,12 +415,18 @@ def cli(ctx: click.Context, /, **values: Any) -> int:
         max_waiters=values["max_waiters"],
         metrics_max_queues=values["metrics_max_queues"],
         min_free_bytes=values["min_free_bytes"],
+        processes=values["processes"],
     )
+    if settings.processes > 1:
+        return _runtime.run(lambda: _processes.supervise(settings))
     return _runtime.run(lambda: serve(settings))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mq`` console script; returns the exit code."""
+    """Entry point of the ``mq`` console script (and of its ``--processes`` workers); returns the exit code."""
+    worker = _processes.worker_from_environment()
+    if worker is not None:
+        return _processes.run_worker(serve, *worker)
     return _runtime.run_command(cli, argv, "mq")
 
 
