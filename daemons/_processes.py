@@ -163,11 +163,22 @@ class WorkerLink:
         link_fd: Write end of the pipe to the supervisor (lines ``ready`` and ``beat Q R``).
         socket_fd: An inherited listening socket to serve instead of binding, or None.
         directory: Where every worker's metrics socket is (``<index>.sock``).
+        heartbeat_seconds: Seconds between heartbeats (shorter than the supervisor's watchdog interval).
     """
 
-    def __init__(self, index: int, count: int, port: int, link_fd: int, socket_fd: int | None, directory: str) -> None:
+    def __init__(
+        self,
+        index: int,
+        count: int,
+        port: int,
+        link_fd: int,
+        socket_fd: int | None,
+        directory: str,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    ) -> None:
         self.index, self.count, self.port = index, count, port
         self.link_fd, self.socket_fd, self.directory = link_fd, socket_fd, directory
+        self.heartbeat_seconds = heartbeat_seconds
 
     @property
     def name(self) -> str:
@@ -221,7 +232,7 @@ class WorkerLink:
                 requests = server.requests_count if server is not None else 0
                 queues = sum(len(fetcher.queues) for fetcher in broker.queues.fetchers)
                 self.send(f"beat {queues} {requests}")
-                await asyncio.sleep(HEARTBEAT_SECONDS)
+                await asyncio.sleep(self.heartbeat_seconds)
         finally:
             await private.cleanup()
 
@@ -238,7 +249,13 @@ def worker_from_environment() -> tuple[Settings, WorkerLink] | None:
     _die_with_parent(int(data["parent"]))
     settings = Settings(**data["settings"])
     link = WorkerLink(
-        data["index"], settings.processes, data["port"], data["link_fd"], data["socket_fd"], data["directory"]
+        data["index"],
+        settings.processes,
+        data["port"],
+        data["link_fd"],
+        data["socket_fd"],
+        data["directory"],
+        data["heartbeat_seconds"],
     )
     return settings, link
 
@@ -331,13 +348,17 @@ class Supervisor:
         self.socket: socket.socket | None = None
         self.shared = False
         self._deaths: list[float] = []
+        #: systemd's watchdog interval (half of WatchdogSec) for this process, or None.
+        self.watchdog_interval = _watchdog.interval_seconds()
+        #: Workers beat several times per watchdog interval, so one late beat never stops the pings.
+        self.heartbeat_seconds = min(HEARTBEAT_SECONDS, (self.watchdog_interval or HEARTBEAT_SECONDS) / 4)
 
     async def run(self) -> int:
         """Serve until SIGTERM/SIGINT; the exit code (0 after a clean stop)."""
         _runtime.install_stop_signals(self.stop)
         _runtime.install_reload_signal(lambda: self._signal_all(signal.SIGHUP))
         inherited = _listen.inherited_socket()
-        self.shared = inherited is not None or os.environ.get("MQ_PROCESSES_SOCKET") == "shared"
+        self.shared = inherited is not None
         if inherited is not None:
             self.socket = inherited
         else:
@@ -439,6 +460,7 @@ class Supervisor:
                 "socket_fd": socket_fd,
                 "directory": self.directory,
                 "parent": os.getpid(),
+                "heartbeat_seconds": self.heartbeat_seconds,
             }
         )
         worker.ready.clear()
@@ -504,7 +526,7 @@ class Supervisor:
         """systemd's watchdog and status line for all workers (as :func:`daemons._watchdog.run` for one mq)."""
         if not os.environ.get("NOTIFY_SOCKET"):
             return
-        interval = _watchdog.interval_seconds()
+        interval = self.watchdog_interval
         rate = _watchdog.Rate()
         while True:
             now = time.monotonic()
