@@ -43,7 +43,9 @@ Messages need no coordination between workers: the protocol already lets
 several daemons share a root (docs/protocol.md sections 8-10). What does
 change is said in docs/api.md: a receive first reads the inotify events
 already queued for this worker, so a message whose 201 a client holds is
-receivable through every worker.
+receivable through every worker; and a send takes its id only after the
+newest millisecond any worker acknowledged (``daemons._idorder``), so
+sequential sends keep their order whichever workers serve them.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ import ctypes
 import dataclasses
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -62,16 +63,15 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 from aiohttp import web
 
-from daemons import _listen, _runtime, _watchdog
+from daemons import _idorder, _listen, _runtime, _watchdog
 from daemons._settings import MAX_PROCESSES, Settings
 from mqcore.errors import ConfigError
-from mqcore.names import MessageId, sent_ms_of
 
 if TYPE_CHECKING:
     from daemons._broker import Broker
@@ -89,6 +89,8 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_SECONDS = 60.0
 #: Seconds a stopping worker may take (its own SHUTDOWN_TIMEOUT_SECONDS of 5 s, plus closing) before SIGKILL.
 STOP_TIMEOUT_SECONDS = 15.0
+#: The file of the supervisor's directory where the workers share their newest acknowledged id (daemons._idorder).
+ACKED_FILE = "acked"
 #: ``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h).
 _PR_SET_PDEATHSIG = 1
 
@@ -116,26 +118,6 @@ def parse_processes(value: str | int) -> int:
         return int(text)
     except ValueError:
         raise ConfigError(f"processes must be a number or auto, got {value!r}", key="processes") from None
-
-
-async def past_id_millisecond(ids: Iterable[str]) -> None:
-    """Return once this host's wall clock has passed the millisecond of every id in ``ids``.
-
-    With several processes, ids from different processes are ordered only by their
-    millisecond (docs/protocol.md section 3). A send's 201 waits (asyncio, no CPU) until that
-    millisecond is over, so any send a client begins after it has the 201 gets a later
-    millisecond, wherever it is served: sequential sends stay in order across processes
-    (docs/api.md). On a disk the fsyncs take longer than that, and the wait is nearly always 0.
-    """
-    latest = max((sent_ms_of(MessageId(i)) for i in ids), default=None)
-    if latest is None:
-        return
-    boundary_ns = (latest + 1) * 1_000_000
-    for _ in range(100):  # bounded: a clock stepped back is docs/protocol.md section 11's business
-        wait_ns = boundary_ns - time.time_ns()
-        if wait_ns <= 0:
-            return
-        await asyncio.sleep(math.ceil(wait_ns / 1_000_000) / 1000)  # uvloop's timers count whole milliseconds
 
 
 class ProcessCount(click.ParamType[int]):
@@ -248,6 +230,7 @@ def worker_from_environment() -> tuple[Settings, WorkerLink] | None:
     data = json.loads(raw)
     _die_with_parent(int(data["parent"]))
     settings = Settings(**data["settings"])
+    _idorder.ACKED = _idorder.AckedIds(os.path.join(data["directory"], ACKED_FILE), settings.processes, data["index"])
     link = WorkerLink(
         data["index"],
         settings.processes,
@@ -365,6 +348,7 @@ class Supervisor:
             self.socket = _bind(self.settings.address, self.settings.port, listen=self.shared)
         host, self.port = self.socket.getsockname()[:2]
         self.directory = tempfile.mkdtemp(prefix="mq-processes-")
+        _idorder.create(os.path.join(self.directory, ACKED_FILE), len(self.workers))
         try:
             code = await self._start_all()
             if code is None:

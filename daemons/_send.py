@@ -13,7 +13,7 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-from daemons import _processes, _runtime
+from daemons import _idorder, _runtime
 from daemons._queues import QueueState
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName, ready_name
@@ -80,6 +80,7 @@ class Sender:
                 broker.counts.add("capacity_rejected", queue)
                 raise queue_full(queue, state.attrs)
         try:
+            await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
             message_id = await broker.run_in(
                 broker.savers,
                 lambda: broker.store.send(
@@ -91,8 +92,7 @@ class Sender:
         finally:
             state.sending -= admitted
         broker.counts.add("sent", queue)
-        if broker.settings.processes > 1:  # sequential sends keep their order across processes
-            await _processes.past_id_millisecond([message_id])
+        _idorder.acknowledged([message_id])
         return message_id
 
     async def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
@@ -118,6 +118,7 @@ class Sender:
         stored: list[MessageId | MQError] = []
         try:
             if chosen:
+                await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
                 stored = await self._store_batch(queue, [entries[i] for i in chosen])
                 ready = [
                     ready_name(result, 0)
@@ -131,8 +132,7 @@ class Sender:
         self.broker.counts.add("sent", queue, sum(isinstance(result, str) for result in stored))
         self.broker.counts.add("capacity_rejected", queue, len(refused))
         full = queue_full(queue, state.attrs)
-        if self.broker.settings.processes > 1:  # sequential sends keep their order across processes
-            await _processes.past_id_millisecond([r for r in stored if isinstance(r, str)])
+        _idorder.acknowledged([result for result in stored if isinstance(result, str)])
         return [by_entry.get(i, full) for i in range(len(entries))]
 
     async def _store_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
