@@ -29,7 +29,9 @@ operation; the leases), ``daemons._send`` (sends and capacity waits),
 ``daemons._redrive`` (the redrive tasks) and ``daemons._queues`` (indexes,
 watches, rescans, waiters, fetchers); ``daemons._settings`` holds the checked
 settings they share. The rules of every operation are ``mqcore.service``'s,
-shared with the brokerless client.
+shared with the brokerless client. With ``--processes N`` (N > 1) this process
+supervises N workers that each run :func:`serve` on the same port and root
+(``daemons._processes``).
 """
 
 from __future__ import annotations
