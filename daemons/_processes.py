@@ -161,6 +161,8 @@ class WorkerLink:
         self.index, self.count, self.port = index, count, port
         self.link_fd, self.socket_fd, self.directory = link_fd, socket_fd, directory
         self.heartbeat_seconds = heartbeat_seconds
+        with contextlib.suppress(OSError):
+            os.set_blocking(link_fd, False)  # a supervisor that stops reading must not block this loop
 
     @property
     def name(self) -> str:
@@ -184,8 +186,8 @@ class WorkerLink:
         return [self.metrics_path(i) for i in range(self.count) if i != self.index]
 
     def send(self, line: str) -> None:
-        """One line to the supervisor (a pipe write of a few bytes; never blocks in practice)."""
-        with contextlib.suppress(OSError):  # the supervisor is gone: PR_SET_PDEATHSIG stops us
+        """One line to the supervisor (a non-blocking pipe write of a few bytes; dropped if the pipe is full)."""
+        with contextlib.suppress(OSError):  # full, or the supervisor is gone (PR_SET_PDEATHSIG stops us)
             os.write(self.link_fd, (line + "\n").encode())
 
     async def serving(self, broker: Broker, runner: web.AppRunner, url: str) -> asyncio.Task[None]:
@@ -363,7 +365,7 @@ class Supervisor:
         """Start every worker and wait until all listen; None when they do, else the exit code."""
         for worker in self.workers:
             await self._spawn(worker)
-        everyone = asyncio.ensure_future(asyncio.gather(*(w.ready.wait() for w in self.workers)))
+        everyone = asyncio.ensure_future(self._all_ready())
         stopped = asyncio.ensure_future(self.stop.wait())
         died = asyncio.ensure_future(self.exits.get())
         waits: list[asyncio.Future[Any]] = [everyone, stopped, died]
@@ -380,6 +382,10 @@ class Supervisor:
         if self.stop.is_set():
             return _runtime.EXIT_OK
         return None
+
+    async def _all_ready(self) -> None:
+        for worker in self.workers:
+            await worker.ready.wait()
 
     async def _serve(self, host: str) -> int:
         settings = self.settings
@@ -484,6 +490,7 @@ class Supervisor:
     async def _stop_all(self) -> int:
         """SIGTERM every worker and wait for all (SIGKILL after STOP_TIMEOUT_SECONDS); 0 if all stopped cleanly."""
         self.stopping = True
+        running = {w for w in self.workers if w.proc is not None and w.proc.returncode is None}
         self._signal_all(signal.SIGTERM)
         code = _runtime.EXIT_OK
         clean = (0, -signal.SIGTERM, -signal.SIGINT)  # a worker killed by SIGTERM before it set up its handlers
@@ -497,7 +504,7 @@ class Supervisor:
                 logger.error("mq process %d did not stop in %.0f s; killing it", worker.index + 1, STOP_TIMEOUT_SECONDS)
                 proc.kill()
                 rc = await proc.wait()
-            if rc not in clean:
+            if rc not in clean and worker in running:  # one that died before is reported already
                 logger.error("mq process %d exited with %s while stopping", worker.index + 1, rc)
                 code = _runtime.EXIT_SOFTWARE
             if worker.reader is not None:

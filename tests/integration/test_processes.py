@@ -242,3 +242,12 @@ def test_only_the_supervisor_talks_to_systemd_and_a_stopped_worker_stops_the_pin
             messages.append(notify_socket.recv(4096).decode())
     assert "STOPPING=1" in messages, messages
     assert "READY=1" not in messages, "a worker talked to systemd"
+
+
+def test_a_worker_that_cannot_start_stops_the_supervisor_with_its_exit_code(daemons: Daemons, tmp_path) -> None:
+    missing = str(tmp_path / "missing.pem")
+    args = ["--root", tmp_path / "root", "--port", "0", "--processes", "2", "--tls-cert", missing, "--tls-key", missing]
+    supervisor = daemons.spawn("mq", *args)
+    assert supervisor.proc is not None
+    assert supervisor.proc.wait(60) == 78, supervisor.log  # EX_CONFIG, as a single mq: systemd does not retry it
+    assert "cannot load --tls-cert" in supervisor.log
