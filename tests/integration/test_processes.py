@@ -15,14 +15,18 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
+import httpx
 import pytest
 
-from tests.conftest import Daemons, Stack, wait_for
+from tests.conftest import REPO, Daemons, Stack, wait_for
 
 PROCESSES = {"mq_args": ("--processes", "2")}
 
@@ -251,3 +255,43 @@ def test_a_worker_that_cannot_start_stops_the_supervisor_with_its_exit_code(daem
     assert supervisor.proc is not None
     assert supervisor.proc.wait(60) == 78, supervisor.log  # EX_CONFIG, as a single mq: systemd does not retry it
     assert "cannot load --tls-cert" in supervisor.log
+
+
+def test_under_socket_activation_the_workers_share_systemds_socket(tmp_path) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MQ_", "LISTEN_"))} | {"LISTEN_FDS": "1"}
+    command = [sys.executable, "-m", "daemons.front", "--root", str(tmp_path / "root"), "--processes", "2"]
+    # sh sets LISTEN_PID to its own pid, which exec hands on to mq (as systemd does); the socket is fd 3.
+    proc = subprocess.Popen(
+        ["sh", "-c", 'LISTEN_PID=$$ exec "$@"', "sh", *command], cwd=REPO, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(3,),
+        preexec_fn=lambda: os.dup2(listener.fileno(), 3), close_fds=True,
+    )  # fmt: skip
+    listener.close()  # mq holds it now
+    lines: list[str] = []
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        with proc.stderr:
+            lines.extend(raw.decode(errors="replace") for raw in proc.stderr)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any("mq listening on" in line for line in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        assert f"mq listening on http://127.0.0.1:{port} " in "".join(lines)
+        assert "one shared socket" in "".join(lines)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            assert client.put("/activated").status_code == 201
+        for i in range(30):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:  # a new connection each
+                assert client.post("/activated/messages", content=f"{i}".encode()).status_code == 201
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+        reader.join(5)
+    assert code == 0, "".join(lines)
