@@ -26,9 +26,36 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.conftest import REPO, Daemons, Stack, wait_for
+from tests.conftest import REPO, Daemon, DaemonError, Daemons, Stack, wait_for
 
-PROCESSES = {"mq_args": ("--processes", "2")}
+#: Seconds a stack of ``mq --processes 2`` may take to start: three interpreters import mq at once
+#: (supervisor, then both workers in parallel), twice the work of a single mq, on a machine that a
+#: parallel test run saturates. The conftest's 15 s is for one.
+START_SECONDS = 60.0
+
+
+def ready(daemon: Daemon) -> Daemon:
+    """Wait up to START_SECONDS for the readiness line of a spawned daemon."""
+    deadline = time.monotonic() + START_SECONDS
+    while Daemon.READY[daemon.name] not in daemon.log or (daemon.name == "mq" and daemon.url is None):
+        if not daemon.running or time.monotonic() > deadline:
+            raise DaemonError(f"{daemon.name} did not get ready\n{daemon.log}")
+        time.sleep(0.05)
+    return daemon.wait_ready()
+
+
+def start(daemons: Daemons, name: str, *args: str | Path, env: dict[str, str] | None = None) -> Daemon:
+    """Spawn ``name`` and wait up to START_SECONDS for its readiness line."""
+    return ready(daemons.spawn(name, *args, env=env))
+
+
+def stack_of_two(daemons: Daemons, root: Path) -> Stack:
+    """mq --processes 2, mq-mover and mq-reaper on ``root``, started in parallel."""
+    root.mkdir(parents=True, exist_ok=True)
+    front = daemons.spawn("mq", "--root", root, "--port", "0", "--processes", "2")
+    mover = daemons.spawn("mq-mover", "--root", root)
+    reaper = daemons.spawn("mq-reaper", "--root", root)
+    return Stack(root=root, mq=ready(front), mover=ready(mover), reaper=ready(reaper))
 
 
 @pytest.fixture
@@ -51,9 +78,14 @@ def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
 
 
 @pytest.fixture
-def two(module_stacks, fresh: aiohttp.ClientSession) -> Stack:
+def two(_two: Stack, fresh: aiohttp.ClientSession) -> Stack:
     """The module's stack with ``mq --processes 2`` (shared; each test uses its own queues)."""
-    return module_stacks.get(PROCESSES, fresh)
+    return dataclasses.replace(_two, session=fresh)
+
+
+@pytest.fixture(scope="module")
+def _two(module_daemons: Daemons, tmp_path_factory: pytest.TempPathFactory) -> Stack:
+    return stack_of_two(module_daemons, tmp_path_factory.mktemp("two") / "root")
 
 
 def workers(stack: Stack) -> list[int]:
@@ -169,7 +201,7 @@ async def test_metrics_are_totals_over_the_processes(two: Stack, queue: str) -> 
 async def test_sigkill_of_a_worker_under_load_loses_no_acknowledged_message_and_sigterm_stops_all(
     daemons: Daemons, tmp_path, fresh: aiohttp.ClientSession
 ) -> None:
-    stack = dataclasses.replace(daemons.stack(tmp_path / "root", **PROCESSES), session=fresh)
+    stack = dataclasses.replace(stack_of_two(daemons, tmp_path / "root"), session=fresh)
     queue = "load"
     await stack.create_queue(queue)
     acknowledged: set[str] = set()
@@ -217,7 +249,7 @@ def test_only_the_supervisor_talks_to_systemd_and_a_stopped_worker_stops_the_pin
     daemons: Daemons, tmp_path, notify_socket: socket.socket
 ) -> None:
     env = {"NOTIFY_SOCKET": notify_socket.getsockname(), "WATCHDOG_USEC": "400000"}  # ping every 0.2 s
-    supervisor = daemons.start("mq", "--root", tmp_path / "root", "--port", "0", "--processes", "2", env=env)
+    supervisor = start(daemons, "mq", "--root", tmp_path / "root", "--port", "0", "--processes", "2", env=env)
     assert notify_socket.recv(4096) == b"READY=1"  # once, after both workers listen
     for _ in range(3):
         ping = notify_socket.recv(4096).decode().split("\n")
@@ -279,7 +311,7 @@ def test_under_socket_activation_the_workers_share_systemds_socket(tmp_path) -> 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + START_SECONDS
         while not any("mq listening on" in line for line in lines):
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.05)
