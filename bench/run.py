@@ -102,14 +102,12 @@ _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
 def _proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) and of its child processes
-    (``mq --processes N``: the workers), 0.0 if gone."""
+    """User + system CPU seconds of process ``pid`` (all its threads), 0.0 if gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except (OSError, IndexError):
         return 0.0
-    return (int(fields[11]) + int(fields[12])) * _TICK_S + sum(_proc_cpu_s(int(child)) for child in children)
+    return (int(fields[11]) + int(fields[12])) * _TICK_S
 
 
 def _machine_ticks() -> list[int]:
