@@ -30,9 +30,8 @@ from urllib.parse import quote
 from mqcore.attributes import MAX_WAIT_SECONDS
 from mqcore.client.types import JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
-from mqcore.limits import DEFAULT_BATCH_MESSAGES
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
 from mqcore.names import check_message_id, check_queue_name
-from mqcore.protocol import MAX_PEEK_LIMIT
 
 T = TypeVar("T")
 
