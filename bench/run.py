@@ -1250,7 +1250,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--longpoll-receivers",
         type=int,
         default=None,
-        help="step longpoll: concurrent long-polling receivers, one connection each (default 1000; quick 200)",
+        help="step longpoll: concurrent long-polling receivers, one connection each (default 1000; quick 200; "
+        "mq's --max-connections, default 1024, must exceed it: raise it with --mq-arg)",
     )
     p.add_argument(
         "--longpoll-queues", type=int, default=None, help="step longpoll: queues they wait on (default 100; quick 20)"
@@ -1259,7 +1260,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--longpoll-idle",
         type=float,
         default=None,
-        help="step longpoll: seconds mq's CPU is measured while all wait (default: --duration)",
+        help="step longpoll: seconds mq's CPU is measured while all wait (default 25, longer than the 20 s "
+        "wait so each receiver polls again inside it; quick: --duration)",
     )
     p.add_argument(
         "--longpoll-messages",
@@ -1310,7 +1312,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     if args.longpoll_idle is None:
-        args.longpoll_idle = args.duration
+        args.longpoll_idle = args.duration if args.quick else 25.0
     args.disk_receive_threads = [int(x) for x in str(args.disk_receive_threads).split(",") if x]
     args.large_sizes = [int(x) for x in str(args.large_sizes).split(",") if x]
     return args
