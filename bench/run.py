@@ -23,13 +23,25 @@ comes from wrk (Debian package ``wrk``) driven by the Lua scripts in
    clients right after the single receive+delete. Both are reported in
    messages/s next to the single-message figures (``batches_summary``).
 
-It prints ONE JSON object on stdout (also saved in ``bench/results/``) with
-all figures, the machine, and the bars: sends at 64 clients / disk loop at 64
-threads (>= 1.0) and deep cycles / shallow cycles (>= 0.8). Progress goes to
-stderr. Usage, from the repository root::
+Issue 12 ("Performance") adds, in this order: the receive+delete disk loop
+at 1 and 16 threads (step ``disk_receive``, before the receive+delete step),
+and the scale steps of :mod:`bench.scale`: ``startup`` (1,000,000 ready
+messages, mq restarted, its first receive timed, RSS per message), ``drain``
+(now of ``--drain-depth`` messages, 1,000,000, written directly by
+:mod:`bench.prefill`), ``queues`` (10 vs 10,000 queues), ``longpoll``
+(1,000 waiting receivers: idle CPU and delivery p99) and ``large`` (64 KiB
+and 1 MiB sends vs the disk loop in MB/s). CPU per message is also summed
+over mq + mq-mover + mq-reaper (``daemons_cpu_ms_per_op`` /
+``daemons_cpu_ms_per_message``).
 
-    .venv/bin/python bench/run.py                 # full run, about 9 minutes
-    .venv/bin/python bench/run.py --quick         # 3 s steps, 10,000-deep queue
+It prints ONE JSON object on stdout (also saved in ``bench/results/``) with
+all figures, the machine, and the bars (``bars``: value, bar, met): sends at
+64 clients / disk loop at 64 threads (>= 1.0), deep cycles / shallow cycles
+(>= 0.8), and every bar and scale figure of issue 12 (:mod:`bench.bars`).
+Progress goes to stderr. Usage, from the repository root::
+
+    .venv/bin/python bench/run.py                 # full run, about 50 minutes (the 1,000,000-message drain: ~25)
+    .venv/bin/python bench/run.py --quick         # 3 s steps, 10,000-deep queue, small scale steps
     .venv/bin/python bench/run.py --steps sends,batch_sends,receive,batch_receive   # batches vs single
     .venv/bin/python bench/run.py --url http://127.0.0.1:8080 --root /var/lib/mq
     .venv/bin/python bench/run.py --steps metrics  # sends/s at 64 clients with and without a scrape a second
