@@ -99,25 +99,41 @@ class Scale:
 
     # -- start-up with a million ready messages --------------------------------------
 
+    def _start_mq(self, port: int) -> None:
+        """Start mq alone on ``port`` and point the bench's API client and wrk at it."""
+        daemons = self.bench.daemons
+        if daemons is None:
+            raise RuntimeError("mq can only be restarted when the bench started it")
+        url = daemons.start_mq(port)
+        self.bench.api.close()
+        self.bench.api.port = int(urllib.parse.urlsplit(url).port or port)
+        self.bench.wrk.url = url.rstrip("/")
+
     def startup(self) -> dict[str, Any]:
         """Restart the daemons on a root holding ``--startup-messages`` ready messages; time the first receive.
 
-        Needs the bench's own server (it stops and starts the daemons).
+        Needs the bench's own server (it stops and starts the daemons). mq is
+        first restarted with the queue empty and received from once (204):
+        its RSS then is the baseline, so the memory per message is what the
+        ready messages add, wherever mq builds its index (at start or at the
+        first receive).
         """
         daemons = self.bench.daemons
         if daemons is None:
             return {"skipped": "needs the bench's own server (not --url)"}
         n = self.opts.startup_messages
-        rss_empty = self._mq_rss()
         port = int(urllib.parse.urlsplit(daemons.url).port or 0)
-        self._log("startup: stopping the daemons")
+        self.bench.api.create_queue(BIG_QUEUE)
+        self._log("startup: restarting mq with the queue empty (memory baseline)")
         daemons.stop()
-        have = (
-            len(os.listdir(self.mq_root / "queues" / BIG_QUEUE))
-            if (self.mq_root / "queues" / BIG_QUEUE).is_dir()
-            else 0
-        )
-        missing = max(0, n - max(0, have - 1))  # the queue directory also holds .attributes
+        self._start_mq(port)
+        base_ready_s = daemons.start_s["mq"]
+        _, base_status = self._receive_delete(BIG_QUEUE)
+        rss_base = self._mq_rss()
+        daemons.stop()
+        qdir = self.mq_root / "queues" / BIG_QUEUE
+        have = sum(1 for name in os.listdir(qdir) if not name.startswith("."))
+        missing = max(0, n - have)
         self._log(f"startup: writing {missing:,} ready messages into {BIG_QUEUE} (direct, no HTTP)")
         filled = fill(self.mq_root, [(BIG_QUEUE, missing)])
         self._log(f"  {filled['messages']:,} in {filled['write_s']} s + sync {filled['sync_s']} s")
@@ -129,12 +145,8 @@ class Scale:
             except OSError as exc:
                 self._log(f"  cannot drop the page cache ({exc}): warm start")
         self._log("startup: starting mq")
-        url = daemons.start_mq(port)
-        t_spawn = daemons.spawned_at["mq"]
-        ready_s = daemons.start_s["mq"]
-        self.bench.api.close()
-        self.bench.api.port = int(urllib.parse.urlsplit(url).port or port)
-        self.bench.wrk.url = url.rstrip("/")
+        self._start_mq(port)
+        t_spawn, ready_s = daemons.spawned_at["mq"], daemons.start_s["mq"]
         rss_ready = self._mq_rss()
         took, status = self._receive_delete(BIG_QUEUE)
         first_receive_s = time.monotonic() - t_spawn
@@ -142,7 +154,7 @@ class Scale:
         self._log(f"  mq ready after {ready_s} s; first receive answered {status} after {first_receive_s:.2f} s")
         daemons.start_helpers()
         depth = self.bench.api.depth(BIG_QUEUE)
-        per_msg = (rss_after - rss_ready) / depth if rss_after and rss_ready and depth else None
+        per_msg = (rss_after - rss_base) / depth if rss_after and rss_base and depth else None
         res = {
             "ready_messages": depth,
             "prefill": filled,
@@ -153,12 +165,14 @@ class Scale:
             "first_receive_status": status,
             "mover_ready_s": daemons.start_s.get("mq-mover"),
             "reaper_ready_s": daemons.start_s.get("mq-reaper"),
-            "mq_rss_bytes_empty_root": rss_empty,
+            "baseline_mq_ready_s": base_ready_s,
+            "baseline_receive_status": base_status,
+            "mq_rss_bytes_baseline": rss_base,
             "mq_rss_bytes_at_ready": rss_ready,
             "mq_rss_bytes_after_first_receive": rss_after,
             "mq_rss_bytes_per_ready_message": round(per_msg, 1) if per_msg is not None else None,
-            "note": "time from mq's spawn; memory per message = (RSS after the first receive - RSS at the "
-            "readiness line) / ready messages, i.e. the index the first receive builds",
+            "note": "times from mq's spawn; memory per message = (RSS after the first receive - RSS of mq "
+            "restarted on the same root with the queue empty, after one receive) / ready messages",
         }
         self._log(
             f"  mq-mover ready after {res['mover_ready_s']} s, mq-reaper after {res['reaper_ready_s']} s; "
