@@ -12,8 +12,8 @@ root; tmpfs (``/dev/shm``) would hide the fsync cost.
 
 The receive+delete loop (:func:`receive_delete_loop`, issue 12 bar 3) does
 what mq, mq-mover and mq-reaper together do per received and deleted
-message, on a directory prefilled with ready files (each thread has its own
-share, so no two threads race for a file)::
+message, on a directory prefilled with ready files (the threads take them
+from one list, oldest first, so no two threads race for a file)::
 
     fd = open(DIR/queues/<queue>/NAME, O_RDONLY)   rename(... , DIR/delay/NAME)   read(fd) to the end   close(fd)
     rename(DIR/delay/NAME, DIR/remove/NAME)        fsync(DIR/remove)              unlink(DIR/remove/NAME)
@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 #: Body size of one message, in bytes (the issue's 1 KiB).
@@ -46,7 +47,7 @@ BODY_BYTES = 1024
 DEFAULT_DURATION_S = 10.0
 #: Default number of threads (the issue's bar compares mq at 64 clients to this loop at 64 threads).
 DEFAULT_THREADS = 64
-#: Ready files the receive+delete loop prefills, in all (split evenly between its threads).
+#: Ready files the receive+delete loop prefills.
 DEFAULT_RECEIVE_PREFILL = 30_000
 
 
@@ -97,10 +98,56 @@ def disk_loop(
     new_dir.mkdir(parents=True)
     queue_dir.mkdir(parents=True)
     body = os.urandom(body_bytes)
+
+    def one_send(index: int, n: int, dfd: int) -> bool:
+        name = f"{index:04d}-{n:010d}.0"
+        src = os.path.join(new_dir, name)
+        fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(src, os.path.join(queue_dir, name))
+        os.fsync(dfd)
+        return True
+
+    try:
+        messages, elapsed, latencies, _ = _run_threads(threads, duration_s, str(queue_dir), one_send, "disk-loop")
+    finally:
+        if not keep_files:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return {
+        "threads": threads,
+        "duration_s": round(elapsed, 3),
+        "messages": messages,
+        "msgs_per_s": round(messages / elapsed, 1),
+        "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2),
+        "latency_ms": _latency_ms(latencies),
+        "body_bytes": body_bytes,
+        "directory": str(Path(directory).resolve()),
+    }
+
+
+def _run_threads(
+    threads: int, duration_s: float, sync_dir: str, one: Callable[[int, int, int], bool], name: str
+) -> tuple[int, float, list[list[float]], bool]:
+    """Run ``one(thread_index, n, dir_fd)`` in a loop on ``threads`` threads for ``duration_s`` seconds.
+
+    Each thread opens ``sync_dir`` once (the directory it fsyncs) and, after a
+    common start, calls ``one`` for its messages n = 0, 1, ... and times each
+    call. ``one`` returns False when the thread has nothing left: every thread
+    then stops and the window ends there. Returns ``(messages, elapsed_s,
+    per-thread latencies in s, exhausted)``.
+
+    Raises:
+        OSError: The first error of any thread (all threads stop).
+    """
     counts = [0] * threads
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
     stop = threading.Event()
+    exhausted = threading.Event()
     start = threading.Barrier(threads + 1)
 
     def worker(index: int) -> None:
@@ -108,20 +155,14 @@ def disk_loop(
         n = 0
         dfd = -1
         try:
-            dfd = os.open(queue_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            dfd = os.open(sync_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             start.wait()
             while not stop.is_set():
-                name = f"{index:04d}-{n:010d}.0"
-                src = os.path.join(new_dir, name)
                 t0 = time.perf_counter()
-                fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-                try:
-                    os.write(fd, body)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.rename(src, os.path.join(queue_dir, name))
-                os.fsync(dfd)
+                if not one(index, n, dfd):
+                    exhausted.set()
+                    stop.set()
+                    break
                 lat.append(time.perf_counter() - t0)
                 n += 1
                 counts[index] = n
@@ -135,7 +176,7 @@ def disk_loop(
             if dfd >= 0:
                 os.close(dfd)
 
-    pool = [threading.Thread(target=worker, args=(i,), name=f"disk-loop-{i}", daemon=True) for i in range(threads)]
+    pool = [threading.Thread(target=worker, args=(i,), name=f"{name}-{i}", daemon=True) for i in range(threads)]
     for t in pool:
         t.start()
     messages, elapsed = 0, 0.0
@@ -148,25 +189,13 @@ def disk_loop(
         stop.wait(duration_s)
         messages = sum(counts)
         elapsed = time.perf_counter() - t0
+    finally:
         stop.set()
         for t in pool:
             t.join()
-    finally:
-        stop.set()
-        if not keep_files:
-            shutil.rmtree(run_dir, ignore_errors=True)
     if errors:
         raise errors[0]
-    return {
-        "threads": threads,
-        "duration_s": round(elapsed, 3),
-        "messages": messages,
-        "msgs_per_s": round(messages / elapsed, 1),
-        "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2),
-        "latency_ms": _latency_ms(latencies),
-        "body_bytes": body_bytes,
-        "directory": str(Path(directory).resolve()),
-    }
+    return messages, elapsed, latencies, exhausted.is_set()
 
 
 def _latency_ms(latencies: list[list[float]]) -> dict[str, float]:
@@ -179,16 +208,15 @@ def _latency_ms(latencies: list[list[float]]) -> dict[str, float]:
     }
 
 
-def _prefill_ready(queue_dir: Path, threads: int, per_thread: int, body: bytes) -> list[list[str]]:
-    """Write ``threads * per_thread`` ready files (no fsync), then ``sync()`` once; return each thread's names."""
-    names = [[f"{t:04d}-{n:010d}.0" for n in range(per_thread)] for t in range(threads)]
-    for share in names:
-        for name in share:
-            fd = os.open(queue_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, body)
-            finally:
-                os.close(fd)
+def _prefill_ready(queue_dir: Path, count: int, body: bytes) -> list[str]:
+    """Write ``count`` ready files (no fsync), then ``sync()`` once; return their names, oldest first."""
+    names = [f"{n:010d}.0" for n in range(count)]
+    for name in names:
+        fd = os.open(queue_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
     # Write back now, so the loop measures its own system calls, not the prefill's writeback.
     os.sync()
     return names
@@ -205,8 +233,8 @@ def receive_delete_loop(
 ) -> dict[str, object]:
     """Run the receive+delete loop (issue 12, bar 3) on a prefilled directory and return its rate.
 
-    Each thread takes its own ready files one at a time, oldest first, and
-    per file: ``open`` it read-only, ``rename`` it into ``delay/``, ``read``
+    Each thread takes the next ready file (oldest first) from one list
+    shared by all, and per file: ``open`` it read-only, ``rename`` it into ``delay/``, ``read``
     it to the end through the descriptor, ``close``, ``rename`` it into
     ``remove/``, ``fsync`` ``remove/`` (one directory fsync per message, no
     group commit) and ``unlink`` it: the system calls of mq's receive
@@ -217,10 +245,9 @@ def receive_delete_loop(
             fresh ``run-<hex>/`` inside it, removed afterwards.
         threads: Number of threads (>= 1).
         duration_s: Length of the measured window, in seconds. The window
-            ends early when a thread has used up its share of the prefill
-            (``exhausted`` is then True).
+            ends early when the prefill is used up (``exhausted`` is then True).
         prefill: Ready files written before the window (no fsync each, one
-            ``sync()`` after), split evenly between the threads.
+            ``sync()`` after).
         body_bytes: Bytes per file.
         queue: Name of the queue directory.
 
@@ -243,78 +270,35 @@ def receive_delete_loop(
     queue_dir, delay_dir, remove_dir = run_dir / "queues" / queue, run_dir / "delay", run_dir / "remove"
     for d in (queue_dir, delay_dir, remove_dir):
         d.mkdir(parents=True)
-    counts = [0] * threads
-    latencies: list[list[float]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
-    stop = threading.Event()
-    exhausted = threading.Event()
-    start = threading.Barrier(threads + 1)
-    messages, elapsed, prefill_s = 0, 0.0, 0.0
+    prefill_s = 0.0
     try:
         t_fill = time.perf_counter()
-        shares = _prefill_ready(queue_dir, threads, prefill // threads, os.urandom(body_bytes))
+        # One list for all threads: list iterators hand out each item once, even across threads
+        # (under the GIL), so no two threads take the same file and none runs dry before the rest.
+        ready_names = iter(_prefill_ready(queue_dir, prefill, os.urandom(body_bytes)))
         prefill_s = time.perf_counter() - t_fill
         qdir, ddir, rdir = str(queue_dir), str(delay_dir), str(remove_dir)
 
-        def worker(index: int) -> None:
-            lat = latencies[index]
-            n = 0
-            dfd = -1
+        def one_receive_delete(index: int, n: int, dfd: int) -> bool:
+            name = next(ready_names, None)
+            if name is None:
+                return False
+            ready, in_flight, removed = os.path.join(qdir, name), os.path.join(ddir, name), os.path.join(rdir, name)
+            fd = os.open(ready, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                dfd = os.open(rdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                start.wait()
-                for name in shares[index]:
-                    if stop.is_set():
-                        break
-                    t0 = time.perf_counter()
-                    in_flight = os.path.join(ddir, name)
-                    fd = os.open(os.path.join(qdir, name), os.O_RDONLY | os.O_CLOEXEC)
-                    try:
-                        os.rename(os.path.join(qdir, name), in_flight)
-                        while os.read(fd, 65536):
-                            pass
-                    finally:
-                        os.close(fd)
-                    removed = os.path.join(rdir, name)
-                    os.rename(in_flight, removed)
-                    os.fsync(dfd)
-                    os.unlink(removed)
-                    lat.append(time.perf_counter() - t0)
-                    n += 1
-                    counts[index] = n
-                else:
-                    exhausted.set()
-                    stop.set()
-            except threading.BrokenBarrierError:
-                pass
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
-                errors.append(exc)
-                stop.set()
-                start.abort()
+                os.rename(ready, in_flight)
+                while os.read(fd, 65536):
+                    pass
             finally:
-                if dfd >= 0:
-                    os.close(dfd)
+                os.close(fd)
+            os.rename(in_flight, removed)
+            os.fsync(dfd)
+            os.unlink(removed)
+            return True
 
-        pool = [threading.Thread(target=worker, args=(i,), name=f"rd-loop-{i}", daemon=True) for i in range(threads)]
-        for t in pool:
-            t.start()
-        try:
-            try:
-                start.wait()
-            except threading.BrokenBarrierError:
-                pass
-            t0 = time.perf_counter()
-            stop.wait(duration_s)
-            messages = sum(counts)
-            elapsed = time.perf_counter() - t0
-        finally:
-            stop.set()
-            for t in pool:
-                t.join()
+        messages, elapsed, latencies, exhausted = _run_threads(threads, duration_s, rdir, one_receive_delete, "rd-loop")
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    if errors:
-        raise errors[0]
     return {
         "threads": threads,
         "duration_s": round(elapsed, 3),
@@ -322,9 +306,9 @@ def receive_delete_loop(
         "msgs_per_s": round(messages / elapsed, 1) if elapsed else 0.0,
         "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2) if elapsed else 0.0,
         "latency_ms": _latency_ms(latencies),
-        "prefill": prefill // threads * threads,
+        "prefill": prefill,
         "prefill_s": round(prefill_s, 2),
-        "exhausted": exhausted.is_set(),
+        "exhausted": exhausted,
         "body_bytes": body_bytes,
         "directory": str(Path(directory).resolve()),
     }
@@ -347,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         "--prefill",
         type=int,
         default=DEFAULT_RECEIVE_PREFILL,
-        help=f"with --receive: ready files written first, split between threads (default {DEFAULT_RECEIVE_PREFILL})",
+        help=f"with --receive: ready files written first (default {DEFAULT_RECEIVE_PREFILL})",
     )
     args = parser.parse_args(argv)
     result: dict[str, object]
