@@ -501,18 +501,22 @@ class Wrk:
 
 
 class Api:
-    """Tiny blocking HTTP client for set-up and depth polling (not for load)."""
+    """Tiny blocking HTTP client for set-up and depth polling (not for load).
 
-    def __init__(self, url: str) -> None:
+    ``timeout_s``: socket timeout of each request, in seconds.
+    """
+
+    def __init__(self, url: str, timeout_s: float = 60) -> None:
         parts = urllib.parse.urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.timeout_s = timeout_s
         self._conn: http.client.HTTPConnection | None = None
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
         """One request, reconnecting once if the kept-alive connection was closed."""
         for attempt in (1, 2):
             if self._conn is None:
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
             try:
                 headers = {"Content-Type": "application/octet-stream"} if body is not None else {}
                 self._conn.request(method, path, body=body, headers=headers)
@@ -1294,7 +1298,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-drain", action="store_true", help="skip the drain step")
     p.add_argument("--drain-clients", type=int, default=16, help="receive+delete clients for the drain (default 16)")
-    p.add_argument("--drain-timeout", type=float, default=1800, help="give up draining after this many seconds")
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=7200,
+        help="give up draining after this many seconds (default 7200: the 1,000,000-message drain takes ~25 minutes)",
+    )
     p.add_argument("--prefill-clients", type=int, default=64, help="wrk connections for prefills (default 64)")
     p.add_argument(
         "--batch-size",
