@@ -64,6 +64,7 @@ function showError(err) {
   if (err instanceof ApiError && err.status === 401) {
     // mq runs with --auth-file: ask for a token (or a valid one) in the header's field.
     const had = Boolean(sessionStorage.getItem(TOKEN_KEY));
+    tokenForm.hidden = false; // shown only where mq asks for a token
     tokenForm.classList.add("needed");
     errorBox.replaceChildren(
       h("strong", {}, "401 "), h("code", { class: "code" }, err.code), ": ",
@@ -409,6 +410,7 @@ function route() {
   else listPage();
 }
 
+if (sessionStorage.getItem(TOKEN_KEY)) tokenForm.hidden = false;
 tokenForm.addEventListener("submit", (event) => {
   event.preventDefault();
   const token = tokenInput.value.trim();
