@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,8 +125,13 @@ def test_sighup_reloads_the_access_keys(secured: tuple[Daemon, Path]) -> None:
     changed = dict(KEYS)
     changed["AKIDSENDER"] = ("orders-sender", KEYS["AKIDSENDER"][1], ["orders-*"], ["send", "receive"])
     del changed["AKIDWORKER"]
+    made = subprocess.run(
+        [sys.executable, "-m", "mqcore.ctl", "auth", "key", "--name", "new", "--queue", "orders-*", "--action", "send"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    new = tomllib.loads(made.stdout)["access_keys"][0]
     try:
-        _write(auth, _auth_text(changed))
+        _write(auth, _auth_text(changed) + made.stdout)
         reloads = mq.log.count("auth file reloaded")
         os.kill(mq.pid, signal.SIGHUP)
         deadline = time.monotonic() + 10
@@ -132,6 +140,7 @@ def test_sighup_reloads_the_access_keys(secured: tuple[Daemon, Path]) -> None:
             time.sleep(0.02)
         assert sender.receive_message(QueueUrl=url).get("Messages", []) == []
         _refused(sqs(mq, "AKIDWORKER").receive_message, "InvalidClientTokenId", QueueUrl=url)
+        sqs(mq, new["access_key"], new["secret_key"]).send_message(QueueUrl=url, MessageBody="from a new key")
     finally:
         _write(auth, original)
         os.kill(mq.pid, signal.SIGHUP)
