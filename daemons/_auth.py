@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from mqcore.auth import ANY_ACTION, AccessKey, Entry, Grant, load_auth, verify
+from mqcore.auth import ANY_ACTION, AccessKey, AuthFile, Entry, Grant, load_auth, verify
 from mqcore.errors import ConfigError, Forbidden, Unauthorized
 
 logger = logging.getLogger("mq.auth")
@@ -121,13 +121,9 @@ class Authenticator:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        loaded = load_auth(path)
+        loaded = _load(path)
         self._entries: list[Entry] = loaded.entries
         self._keys: dict[str, AccessKey] = loaded.access_keys
-        if self._keys and importlib.util.find_spec("botocore") is None:
-            raise ConfigError(
-                "the auth file's access_keys (SigV4) need botocore: pip install 'mq[sqs]'", key="auth_file"
-            )
         self._cache: dict[bytes, Grant | None] = {}
         self._lock = asyncio.Lock()
         self._generation = 0
@@ -136,6 +132,11 @@ class Authenticator:
     def count(self) -> int:
         """Number of token entries loaded."""
         return len(self._entries)
+
+    @property
+    def has_access_keys(self) -> bool:
+        """True if the file has SQS access keys."""
+        return bool(self._keys)
 
     def access_key(self, key_id: str) -> AccessKey | None:
         """The SQS access key ``key_id`` of the file (its secret and grant), or None if there is none."""
@@ -147,7 +148,7 @@ class Authenticator:
         Open connections are untouched; the next request of each is checked against the new tokens.
         """
         try:
-            loaded = load_auth(self.path)
+            loaded = _load(self.path)
         except ConfigError as exc:
             logger.error("auth file not reloaded, the previous tokens stay in force: %s", exc.message)
             return
@@ -176,6 +177,18 @@ class Authenticator:
                     self._cache = {}
                 self._cache[digest] = grant
         return grant
+
+
+def _load(path: str) -> AuthFile:
+    """:func:`mqcore.auth.load_auth`, and botocore present if the file has access keys (SigV4 needs it).
+
+    Raises:
+        ConfigError: The file is invalid, or has access keys and botocore is not installed.
+    """
+    loaded = load_auth(path)
+    if loaded.access_keys and importlib.util.find_spec("botocore") is None:
+        raise ConfigError("the auth file's access_keys (SigV4) need botocore: pip install 'mq[sqs]'", key="auth_file")
+    return loaded
 
 
 def bearer(header: str | None) -> str | None:

@@ -75,6 +75,8 @@ async def authenticate(request: web.Request, raw: bytes) -> Grant | None:
             grant = await auth.authenticate(token)
             if grant is None:
                 raise sqs.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.")
+        elif not auth.has_access_keys:  # nothing could verify (and botocore may be absent): no key is known
+            raise sqs.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.")
         else:
             from daemons import _sigv4
 
