@@ -42,6 +42,17 @@ def send(base: str, queue: str, body: bytes) -> None:
         assert resp.status == 201
 
 
+def new_page(chromium: Any) -> tuple[Any, list[str], list[str]]:
+    """A 1280x800 page, and the lists its JavaScript errors and console errors are appended to."""
+    page = chromium.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    js_errors: list[str] = []
+    console_errors: list[str] = []
+    page.on("pageerror", lambda exc: js_errors.append(str(exc)))
+    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+    return page, js_errors, console_errors
+
+
 @pytest.fixture
 def live_stack(tmp_path: Path, daemons: Any) -> Any:
     """mq + mq-mover + mq-reaper on a fresh root (the browser is the client)."""
@@ -53,12 +64,7 @@ def test_console_walkthrough(chromium: Any, live_stack: Any, tmp_path: Path) -> 
     from playwright.sync_api import expect
 
     base = live_stack.url
-    page = chromium.new_page(viewport={"width": 1280, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    js_errors: list[str] = []
-    console_errors: list[str] = []
-    page.on("pageerror", lambda exc: js_errors.append(str(exc)))
-    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+    page, js_errors, console_errors = new_page(chromium)
 
     # The queue list: create two queues through the form.
     page.goto(base + "/ui")
@@ -169,12 +175,7 @@ def test_console_sends_its_token(chromium: Any, daemons: Any, tmp_path: Path) ->
         + entry("orders", "console-orders-token", ["orders-*"], ["send", "receive"])
     )
     mq = daemons.start("mq", "--root", tmp_path / "root", "--port", "0", "--auth-file", auth)
-    page = chromium.new_page(viewport={"width": 1280, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    js_errors: list[str] = []
-    console_errors: list[str] = []
-    page.on("pageerror", lambda exc: js_errors.append(str(exc)))
-    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+    page, js_errors, console_errors = new_page(chromium)
 
     page.goto(mq.url + "/ui")
     expect(page.locator("#token-prompt")).to_contain_text("this mq needs a token")
