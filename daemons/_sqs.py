@@ -14,16 +14,16 @@ bad request.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from daemons import _auth, _sqs_auth
 from daemons._broker import Broker
 from daemons._http import BROKER
 from mqcore import sqs, sqs_query
@@ -57,6 +57,11 @@ class Context:
         self.account_id: str = settings.sqs_account_id
         self.region: str = settings.sqs_region
         self.base_url = f"{request.scheme}://{request.host}"
+        self.request = request
+
+    def visible(self, names: Sequence[str]) -> list[str]:
+        """The ``names`` the request's grant matches (all without --auth-file; daemons._sqs_auth)."""
+        return _auth.visible(self.request, names)
 
     def url(self, queue: str) -> str:
         return sqs.queue_url(self.base_url, self.account_id, queue)
@@ -92,8 +97,8 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
     JSON request. Answers 200 with the action's JSON result, or SQS's error (status, ``__type``,
     ``x-amzn-query-error``). Query (no X-Amz-Target): form-encoded ``Action=...`` parameters
     (in the body or the URL); XML answers and errors (:mod:`mqcore.sqs_query`), the same actions.
-    Signatures are checked only with ``--sqs-credentials`` (otherwise any credentials are
-    accepted, as ElasticMQ).
+    Signatures are checked with ``--auth-file`` (its access keys, with their grants) or
+    ``--sqs-credentials``, otherwise any credentials are accepted, as ElasticMQ (daemons._sqs_auth).
     """
     request_id = str(uuid.uuid4())
     target = request.headers.get("X-Amz-Target", "")
@@ -101,13 +106,7 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
     name = ""
     try:
         raw = await _read_body(request)
-        credentials_file = request.app[BROKER].settings.sqs_credentials
-        if credentials_file:
-            from daemons import _sigv4  # botocore, imported only when signatures are checked
-
-            url = f"{request.scheme}://{request.host}{request.raw_path}"
-            now = datetime.datetime.now(datetime.UTC)
-            _sigv4.verify(_sigv4.load_credentials(credentials_file), request.method, url, request.headers, raw, now)
+        grant = await _sqs_auth.authenticate(request, raw)  # SigV4 / access keys' grants (docs/security.md)
         if query:
             name, body = _query_request(request, raw)
         else:
@@ -120,6 +119,7 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
             if name in UNSUPPORTED:
                 raise sqs.SqsError("UnsupportedOperation", f"{name} is not supported by mq.")
             raise sqs.SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")
+        _sqs_auth.authorize(request, grant, name, body)
         result = await action(Context(request), body)
     except sqs.SqsError as exc:
         return _error_response(exc, request_id, query)
@@ -229,7 +229,7 @@ async def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     prefix = body.get("QueueNamePrefix") or ""
     if not isinstance(prefix, str):
         raise sqs.SqsError("InvalidParameterValue", "QueueNamePrefix must be a string.")
-    names = [n for n in await ctx.broker.list_queues("") if n.startswith(prefix)]
+    names = ctx.visible([n for n in await ctx.broker.list_queues("") if n.startswith(prefix)])
     chosen, token = sqs.page(names, body.get("MaxResults"), body.get("NextToken"))
     out: dict[str, Any] = {"QueueUrls": [ctx.url(n) for n in chosen]}
     if token is not None:
@@ -335,7 +335,7 @@ async def list_dead_letter_source_queues(ctx: Context, body: dict[str, Any]) -> 
             continue
         if explicit.get("dead_letter_queue") == queue:
             sources.append(name)
-    chosen, token = sqs.page(sources, body.get("MaxResults"), body.get("NextToken"))
+    chosen, token = sqs.page(ctx.visible(sources), body.get("MaxResults"), body.get("NextToken"))
     out: dict[str, Any] = {"queueUrls": [ctx.url(n) for n in chosen]}
     if token is not None:
         out["NextToken"] = token
