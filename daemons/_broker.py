@@ -31,7 +31,7 @@ from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, ReceiptHandle, parse_in_flight_name, ready_name
+from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
 from mqcore.service.handles import LeaseMemory
@@ -291,11 +291,12 @@ class Broker:
             state = await self.queues.queue_state(queue)
             popped = False
             held: list[str] = []
+            fifo = is_fifo_queue(queue)
             while len(out) < wanted:
                 names: list[str] = []
                 while len(names) < wanted - len(out):
                     name = (
-                        state.index.pop_fuzzed(self.settings.peers)
+                        state.index.pop_fuzzed(0 if fifo else self.settings.peers)  # FIFO: oldest first
                         if partition is None
                         else state.index.pop_oldest_in(*partition)
                     )
@@ -309,6 +310,7 @@ class Broker:
                     fetcher.thread, lease_names, self.store, queue, names, request.visibility_timeout_ms, state.policy
                 )
                 state.index.update(outcome.untried)
+                held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
                 outcome.check(queue, len(out))
                 for message in outcome.messages:
                     out[message.message_id] = message
