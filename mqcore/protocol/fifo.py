@@ -54,6 +54,8 @@ GROUP_KEY = "group_id"
 DEDUP_KEY = "dedup_id"
 #: Least time between two sweeps of one queue's expired records by one process, in ms.
 SWEEP_INTERVAL_MS = 60_000
+#: Age below which an unreadable record is taken for one being written, not one torn by a crash, in ms.
+TORN_RECORD_MS = 10_000
 #: Bytes read to find a header: more than its largest form (8,000 bytes of attributes, 1,024 of content type, ids).
 HEADER_READ_BYTES = 65_536
 
@@ -117,6 +119,24 @@ def _retire(path: str) -> None:
         os.unlink(old)
 
 
+def _retire_unless_being_written(path: str, now_ms: int) -> None:
+    """Retire an expired or unreadable record; an unreadable one younger than :data:`TORN_RECORD_MS` is being written.
+
+    Raises:
+        StorageUnavailable: The record is unreadable and young: another send of the same deduplication id is
+            between its create and its write (503, retriable: the retry sees its record).
+    """
+    try:
+        mtime_ms = os.stat(path).st_mtime_ns // 1_000_000
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise storage_error("stat of a deduplication record", exc) from exc
+    if _read_record(path) is None and now_ms - mtime_ms < TORN_RECORD_MS:
+        raise StorageUnavailable("another send of this deduplication id is in progress; retry")
+    _retire(path)
+
+
 def _write_new(store: Store, queue: QueueName, message: FifoSend) -> PendingMessage:
     """Step 2: ``new/Q.ID`` written (O_EXCL) and fsynced, with the FIFO header keys."""
     extra = {GROUP_KEY: message.group_id, DEDUP_KEY: message.dedup_id}
@@ -176,9 +196,9 @@ def send_fifo(store: Store, queue: QueueName, message: FifoSend) -> tuple[Messag
         if found is not None and now - found[1] < DEDUP_WINDOW_MS:
             _commit(store, queue, found[0], record)  # roll forward if still in new/; fsync either way
             return found[0], True
-        pending = _write_new(store, queue, message)
         if os.path.lexists(record):
-            _retire(record)
+            _retire_unless_being_written(record, now)
+        pending = _write_new(store, queue, message)
         body = json.dumps({"message_id": pending.message_id, "at_ms": now}).encode()
         try:
             store.disk.write_file(record, body, exists_ok_to_retry=True)
