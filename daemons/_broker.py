@@ -34,6 +34,7 @@ from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
+from mqcore.service.fifo import FIFO_ROUND_NAMES
 from mqcore.service.handles import LeaseMemory
 from mqcore.service.plans import run_async
 from mqcore.service.queues import queue_stats
@@ -294,7 +295,8 @@ class Broker:
             fifo = is_fifo_queue(queue)
             while len(out) < wanted:
                 names: list[str] = []
-                while len(names) < wanted - len(out):
+                room = wanted - len(out)
+                while len(names) < (FIFO_ROUND_NAMES if fifo else room):  # FIFO: past blocked groups in few rounds
                     name = (
                         state.index.pop_fuzzed(0 if fifo else self.settings.peers)  # FIFO: oldest first
                         if partition is None
@@ -307,7 +309,14 @@ class Broker:
                     break
                 popped = True
                 outcome = await self.run_in(
-                    fetcher.thread, lease_names, self.store, queue, names, request.visibility_timeout_ms, state.policy
+                    fetcher.thread,
+                    lease_names,
+                    self.store,
+                    queue,
+                    names,
+                    request.visibility_timeout_ms,
+                    state.policy,
+                    room if fifo else None,
                 )
                 state.index.update(outcome.untried)
                 held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive

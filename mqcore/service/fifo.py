@@ -43,6 +43,9 @@ logger = logging.getLogger("mq.service")
 #: Longest MessageGroupId / MessageDeduplicationId, in characters (SQS: 128).
 MAX_FIFO_ID_CHARS = 128
 _FIFO_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_FIFO_ID_CHARS}}}")
+#: Names mq's fetcher pops per round of a FIFO receive, so that messages of blocked groups are passed in
+#: few rounds (each round lists ``delay/``); the ones not tried go back to the index.
+FIFO_ROUND_NAMES = 1000
 #: Most message ids whose group this process remembers (a group never changes, so the cache is never stale).
 GROUP_CACHE_SIZE = 100_000
 
