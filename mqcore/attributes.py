@@ -188,13 +188,16 @@ def check_queue_kind(queue: str, changes: dict[str, Any]) -> None:
     """Refuse FIFO-only attributes on a standard queue (SQS: ContentBasedDeduplication is FIFO only).
 
     Raises:
-        InvalidAttribute: ``content_based_deduplication`` true on a queue whose name does not end ``.fifo``.
+        InvalidAttribute: ``content_based_deduplication`` true on a queue whose name does not end ``.fifo``;
+            ``delay_seconds`` above 0 on a FIFO queue (mq's FIFO queues have no delay, docs/sqs.md).
     """
     if changes.get("content_based_deduplication") and not is_fifo_queue(queue):
         raise InvalidAttribute(
             "content_based_deduplication is for FIFO queues only (names ending in .fifo)",
             name="content_based_deduplication",
         )
+    if changes.get("delay_seconds") and is_fifo_queue(queue):
+        raise InvalidAttribute("FIFO queues in mq have no delay: delay_seconds must be 0", name="delay_seconds")
 
 
 def effective(explicit: dict[str, Any], defaults: QueueAttributes) -> QueueAttributes:

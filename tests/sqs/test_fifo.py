@@ -95,6 +95,9 @@ def test_create_fifo_queue_and_its_attributes(sqs: Any) -> None:
     with pytest.raises(ClientError) as info:  # set only at creation
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "false"})
     assert error_code(info.value) == "InvalidAttributeName"
+    with pytest.raises(ClientError) as info:  # mq's FIFO queues have no delay
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "5"})
+    assert error_code(info.value) == "InvalidAttributeValue"
 
     for bad_name, attributes in (
         (f"plain-{uuid.uuid4().hex[:8]}", FIFO),  # FifoQueue=true needs a .fifo name
@@ -260,6 +263,27 @@ def test_deduplication_holds_across_a_restart_of_mq(daemons: Any, tmp_path: Path
     # On disk: the queue directory is queues/<name>.fifo, its record a "." file that is never a message.
     names = sorted((tmp_path / "root" / "queues" / queue).iterdir())
     assert any(p.name.startswith(".dedup.") for p in names)
+
+
+def test_two_daemons_on_one_root_share_groups_and_deduplication(stack: Any, sqs: Any, module_daemons: Any) -> None:
+    other = module_daemons.start("mq", "--root", stack.root, "--port", "0")
+    try:
+        second = client(other.url)
+        url = new_fifo(sqs)
+        url2 = second.get_queue_url(QueueName=url.rsplit("/", 1)[1])["QueueUrl"]
+        one = sqs.send_message(QueueUrl=url, MessageBody="g1", MessageGroupId="g", MessageDeduplicationId="k1")
+        two = second.send_message(QueueUrl=url2, MessageBody="g1", MessageGroupId="g", MessageDeduplicationId="k1")
+        assert two["MessageId"] == one["MessageId"]  # the record on disk holds for the other daemon
+        second.send_message(QueueUrl=url2, MessageBody="g2", MessageGroupId="g", MessageDeduplicationId="k2")
+        second.send_message(QueueUrl=url2, MessageBody="h1", MessageGroupId="h", MessageDeduplicationId="k3")
+        first = receive_until(sqs, url)
+        assert [m["Body"] for m in first] == ["g1"]
+        got = receive_until(second, url2, n=10)  # g is in flight through the first daemon: only h
+        assert [m["Body"] for m in got] == ["h1"]
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+        assert [m["Body"] for m in receive_until(second, url2, n=10)] == ["g2"]
+    finally:
+        other.stop()
 
 
 def test_fifo_name_on_the_native_api(stack: Any) -> None:
