@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -366,3 +369,23 @@ def test_brokerless_client_shares_groups_and_deduplication_with_mq(stack: Any, s
         assert local.receive(queue, max_messages=10) == []
         local.delete(queue, first[0].receipt_handle)
         assert [m.body for m in local.receive(queue, max_messages=10)] == [b"local 1"]
+
+
+def test_mqctl_sends_to_a_fifo_queue(stack: Any, sqs: Any) -> None:
+    url = new_fifo(sqs, ContentBasedDeduplication="true")
+    queue = url.rsplit("/", 1)[1]
+    mqctl = [str(Path(sys.executable).with_name("mqctl")), "--url", stack.url, "send", queue]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
+
+    def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*mqctl, *args], input=stdin, capture_output=True, env=env, timeout=60, check=False)
+
+    first = run("pay 10", "--group-id", "c7", "--dedup-id", "order-1")
+    again = run("pay 10 again", "--group-id", "c7", "--dedup-id", "order-1")
+    assert first.returncode == again.returncode == 0 and first.stdout == again.stdout  # a duplicate
+    lines = run("--file", "-", "--group-id", "c8", "--ids", stdin=b"a\nb\na\n")
+    ids = lines.stdout.decode().split()
+    assert lines.returncode == 0 and ids[0] == ids[2] != ids[1]  # content-based, line by line
+    assert run("no group").returncode != 0
+    got = receive(sqs, url, 10)
+    assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in got] == [("pay 10", "c7"), ("a", "c8"), ("b", "c8")]
