@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -389,3 +390,47 @@ def test_mqctl_sends_to_a_fifo_queue(stack: Any, sqs: Any) -> None:
     assert run("no group").returncode != 0
     got = receive(sqs, url, 10)
     assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in got] == [("pay 10", "c7"), ("a", "c8"), ("b", "c8")]
+
+
+def test_concurrent_consumers_on_two_daemons_never_hold_one_group_twice(
+    stack: Any, sqs: Any, module_daemons: Any
+) -> None:
+    other = module_daemons.start("mq", "--root", stack.root, "--port", "0")
+    try:
+        url = new_fifo(sqs, ContentBasedDeduplication="true")
+        urls = [url, client(other.url).get_queue_url(QueueName=url.rsplit("/", 1)[1])["QueueUrl"]]
+        groups, per_group = ("a", "b", "c"), 8
+        for i in range(per_group):
+            entries = [{"Id": g, "MessageBody": f"{g}{i}", "MessageGroupId": g} for g in groups]
+            assert len(sqs.send_message_batch(QueueUrl=url, Entries=entries)["Successful"]) == 3
+        lock = threading.Lock()
+        held: set[str] = set()
+        seen: dict[str, list[int]] = {g: [] for g in groups}
+        overlaps: list[str] = []
+
+        def consume(index: int) -> None:
+            me = client(stack.url if index % 2 == 0 else other.url)
+            target = urls[index % 2]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and sum(map(len, seen.values())) < len(groups) * per_group:
+                for message in receive(me, target, 1, wait=1):
+                    group = message["Attributes"]["MessageGroupId"]
+                    with lock:
+                        if group in held:
+                            overlaps.append(group)
+                        held.add(group)
+                        seen[group].append(int(message["Body"][1:]))
+                    time.sleep(0.02)
+                    with lock:  # released before the delete: a later receive of the group cannot come earlier
+                        held.discard(group)
+                    me.delete_message(QueueUrl=target, ReceiptHandle=message["ReceiptHandle"])
+
+        threads = [threading.Thread(target=consume, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert overlaps == []
+        assert seen == {g: list(range(per_group)) for g in groups}  # each group whole, in order, once
+    finally:
+        other.stop()
