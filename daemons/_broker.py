@@ -459,6 +459,8 @@ class Broker:
         hint = self.leases.current(handle)
         where = await self.run_in(self.savers, self.store.delete_by_handle, queue, handle, hint)
         self.leases.released(handle)
+        if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
+            self.queues.fire(self.queues.arrivals, queue)
         if where == "ready":
             state = self.queues.fetcher_for(queue).queues.get(queue)
             if state is not None:

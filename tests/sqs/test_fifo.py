@@ -190,6 +190,22 @@ def test_groups_in_order_a_group_in_flight_blocks_only_itself(sqs: Any) -> None:
     assert [m["Body"] for m in again] in (["a2"], ["a2", "a3"])  # a3 may not be indexed yet: never before a2
 
 
+def test_a_delete_that_frees_a_group_wakes_a_long_poll(sqs: Any) -> None:
+    url = new_fifo(sqs, ContentBasedDeduplication="true")
+    for body in ("first", "second"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")
+    first = receive(sqs, url)
+    got: list[list[dict[str, Any]]] = []
+    poll = threading.Thread(target=lambda: got.append(receive(client(sqs.meta.endpoint_url), url, wait=20)))
+    started = time.monotonic()
+    poll.start()
+    time.sleep(0.5)  # the poll is waiting: "second" is blocked behind "first"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first[0]["ReceiptHandle"])
+    poll.join()
+    assert [m["Body"] for m in got[0]] == ["second"]
+    assert time.monotonic() - started < 15, "the long poll waited for its whole WaitTimeSeconds"
+
+
 def test_many_groups_in_one_receive_each_in_order(sqs: Any) -> None:
     url = new_fifo(sqs)
     entries = [
