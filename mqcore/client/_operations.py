@@ -146,6 +146,9 @@ def _message(queue: str, item: Mapping[str, Any]) -> Message:
         receive_count=item["receive_count"],
         first_receive_ms=item["first_receive_timestamp_ms"],
         visibility_deadline_ms=item["visibility_deadline_ms"],
+        group_id=item.get("group_id"),
+        deduplication_id=item.get("deduplication_id"),
+        sequence_number=item.get("sequence_number"),
     )
 
 
@@ -238,6 +241,10 @@ def _batch_item(entry: bytes | str | BatchEntry) -> dict[str, Any]:
         item["attributes"] = dict(entry.attributes)
     if entry.delay_seconds is not None:
         item["delay_seconds"] = entry.delay_seconds
+    if entry.group_id is not None:
+        item["group_id"] = entry.group_id
+    if entry.deduplication_id is not None:
+        item["deduplication_id"] = entry.deduplication_id
     return item
 
 
