@@ -1,4 +1,4 @@
-"""The disk's own rate for the durable-send steps, without mq.
+"""The disk's own rate for the durable-send and receive+delete steps, without mq.
 
 N threads (default 64) each loop, one message at a time, over exactly the
 system calls a durable send needs (issue 2, "Benchmark"):
@@ -10,12 +10,22 @@ Every message pays its own directory fsync (no group commit): this is the
 rate that mq's group commit has to beat. Run it on the filesystem of the mq
 root; tmpfs (``/dev/shm``) would hide the fsync cost.
 
+The receive+delete loop (:func:`receive_delete_loop`, issue 12 bar 3) does
+what mq, mq-mover and mq-reaper together do per received and deleted
+message, on a directory prefilled with ready files (the threads take them
+from one list, oldest first, so no two threads race for a file)::
+
+    fd = open(DIR/queues/<queue>/NAME, O_RDONLY)   rename(... , DIR/delay/NAME)   read(fd) to the end   close(fd)
+    rename(DIR/delay/NAME, DIR/remove/NAME)        fsync(DIR/remove)              unlink(DIR/remove/NAME)
+
 Usage::
 
     .venv/bin/python bench/disk_loop.py --threads 64 --duration 10 [--dir ./var/bench-diskloop]
+    .venv/bin/python bench/disk_loop.py --receive --threads 16 --duration 10
 
-It prints one JSON object on stdout (``msgs_per_s`` and per-message latency);
-:func:`disk_loop` is the same measurement as a function.
+It prints one JSON object on stdout (``msgs_per_s``, ``mb_per_s`` and
+per-message latency); :func:`disk_loop` and :func:`receive_delete_loop` are
+the same measurements as functions.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 #: Body size of one message, in bytes (the issue's 1 KiB).
@@ -36,6 +47,8 @@ BODY_BYTES = 1024
 DEFAULT_DURATION_S = 10.0
 #: Default number of threads (the issue's bar compares mq at 64 clients to this loop at 64 threads).
 DEFAULT_THREADS = 64
+#: Ready files the receive+delete loop prefills.
+DEFAULT_RECEIVE_PREFILL = 30_000
 
 
 def _percentile(sorted_values: list[float], pct: float) -> float:
@@ -85,10 +98,56 @@ def disk_loop(
     new_dir.mkdir(parents=True)
     queue_dir.mkdir(parents=True)
     body = os.urandom(body_bytes)
+
+    def one_send(index: int, n: int, dfd: int) -> bool:
+        name = f"{index:04d}-{n:010d}.0"
+        src = os.path.join(new_dir, name)
+        fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(src, os.path.join(queue_dir, name))
+        os.fsync(dfd)
+        return True
+
+    try:
+        messages, elapsed, latencies, _ = _run_threads(threads, duration_s, str(queue_dir), one_send, "disk-loop")
+    finally:
+        if not keep_files:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return {
+        "threads": threads,
+        "duration_s": round(elapsed, 3),
+        "messages": messages,
+        "msgs_per_s": round(messages / elapsed, 1),
+        "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2),
+        "latency_ms": _latency_ms(latencies),
+        "body_bytes": body_bytes,
+        "directory": str(Path(directory).resolve()),
+    }
+
+
+def _run_threads(
+    threads: int, duration_s: float, sync_dir: str, one: Callable[[int, int, int], bool], name: str
+) -> tuple[int, float, list[list[float]], bool]:
+    """Run ``one(thread_index, n, dir_fd)`` in a loop on ``threads`` threads for ``duration_s`` seconds.
+
+    Each thread opens ``sync_dir`` once (the directory it fsyncs) and, after a
+    common start, calls ``one`` for its messages n = 0, 1, ... and times each
+    call. ``one`` returns False when the thread has nothing left: every thread
+    then stops and the window ends there. Returns ``(messages, elapsed_s,
+    per-thread latencies in s, exhausted)``.
+
+    Raises:
+        OSError: The first error of any thread (all threads stop).
+    """
     counts = [0] * threads
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
     stop = threading.Event()
+    exhausted = threading.Event()
     start = threading.Barrier(threads + 1)
 
     def worker(index: int) -> None:
@@ -96,20 +155,14 @@ def disk_loop(
         n = 0
         dfd = -1
         try:
-            dfd = os.open(queue_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            dfd = os.open(sync_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             start.wait()
             while not stop.is_set():
-                name = f"{index:04d}-{n:010d}.0"
-                src = os.path.join(new_dir, name)
                 t0 = time.perf_counter()
-                fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-                try:
-                    os.write(fd, body)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.rename(src, os.path.join(queue_dir, name))
-                os.fsync(dfd)
+                if not one(index, n, dfd):
+                    exhausted.set()
+                    stop.set()
+                    break
                 lat.append(time.perf_counter() - t0)
                 n += 1
                 counts[index] = n
@@ -123,7 +176,7 @@ def disk_loop(
             if dfd >= 0:
                 os.close(dfd)
 
-    pool = [threading.Thread(target=worker, args=(i,), name=f"disk-loop-{i}", daemon=True) for i in range(threads)]
+    pool = [threading.Thread(target=worker, args=(i,), name=f"{name}-{i}", daemon=True) for i in range(threads)]
     for t in pool:
         t.start()
     messages, elapsed = 0, 0.0
@@ -136,26 +189,126 @@ def disk_loop(
         stop.wait(duration_s)
         messages = sum(counts)
         elapsed = time.perf_counter() - t0
+    finally:
         stop.set()
         for t in pool:
             t.join()
-    finally:
-        stop.set()
-        if not keep_files:
-            shutil.rmtree(run_dir, ignore_errors=True)
     if errors:
         raise errors[0]
+    return messages, elapsed, latencies, exhausted.is_set()
+
+
+def _latency_ms(latencies: list[list[float]]) -> dict[str, float]:
+    """p50/p99/max in ms of per-thread latency lists (seconds)."""
     lat_all = sorted(x for per_thread in latencies for x in per_thread)
+    return {
+        "p50": round(_percentile(lat_all, 50) * 1000, 3),
+        "p99": round(_percentile(lat_all, 99) * 1000, 3),
+        "max": round((lat_all[-1] if lat_all else 0.0) * 1000, 3),
+    }
+
+
+def _prefill_ready(queue_dir: Path, count: int, body: bytes) -> list[str]:
+    """Write ``count`` ready files (no fsync), then ``sync()`` once; return their names, oldest first."""
+    names = [f"{n:010d}.0" for n in range(count)]
+    for name in names:
+        fd = os.open(queue_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+    # Write back now, so the loop measures its own system calls, not the prefill's writeback.
+    os.sync()
+    return names
+
+
+def receive_delete_loop(
+    directory: str | os.PathLike[str],
+    *,
+    threads: int = 1,
+    duration_s: float = DEFAULT_DURATION_S,
+    prefill: int = DEFAULT_RECEIVE_PREFILL,
+    body_bytes: int = BODY_BYTES,
+    queue: str = "diskloop",
+) -> dict[str, object]:
+    """Run the receive+delete loop (issue 12, bar 3) on a prefilled directory and return its rate.
+
+    Each thread takes the next ready file (oldest first) from one list
+    shared by all, and per file: ``open`` it read-only, ``rename`` it into ``delay/``, ``read``
+    it to the end through the descriptor, ``close``, ``rename`` it into
+    ``remove/``, ``fsync`` ``remove/`` (one directory fsync per message, no
+    group commit) and ``unlink`` it: the system calls of mq's receive
+    (docs/protocol.md 6.3) and delete (6.5) plus mq-reaper's unlink (6.7).
+
+    Args:
+        directory: Working directory (created if missing); the run uses a
+            fresh ``run-<hex>/`` inside it, removed afterwards.
+        threads: Number of threads (>= 1).
+        duration_s: Length of the measured window, in seconds. The window
+            ends early when the prefill is used up (``exhausted`` is then True).
+        prefill: Ready files written before the window (no fsync each, one
+            ``sync()`` after).
+        body_bytes: Bytes per file.
+        queue: Name of the queue directory.
+
+    Returns:
+        ``{"threads", "duration_s", "messages", "msgs_per_s", "mb_per_s",
+        "latency_ms": {"p50", "p99", "max"}, "prefill", "prefill_s",
+        "exhausted", "body_bytes", "directory"}``.
+
+    Raises:
+        OSError: A system call failed; all threads stop.
+        ValueError: ``threads`` < 1, ``duration_s`` <= 0 or ``prefill`` < ``threads``.
+    """
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    if duration_s <= 0:
+        raise ValueError(f"duration_s must be > 0, got {duration_s}")
+    if prefill < threads:
+        raise ValueError(f"prefill must be >= threads ({threads}), got {prefill}")
+    run_dir = Path(directory) / f"run-{uuid.uuid4().hex[:12]}"
+    queue_dir, delay_dir, remove_dir = run_dir / "queues" / queue, run_dir / "delay", run_dir / "remove"
+    for d in (queue_dir, delay_dir, remove_dir):
+        d.mkdir(parents=True)
+    prefill_s = 0.0
+    try:
+        t_fill = time.perf_counter()
+        # One list for all threads: list iterators hand out each item once, even across threads
+        # (under the GIL), so no two threads take the same file and none runs dry before the rest.
+        ready_names = iter(_prefill_ready(queue_dir, prefill, os.urandom(body_bytes)))
+        prefill_s = time.perf_counter() - t_fill
+        qdir, ddir, rdir = str(queue_dir), str(delay_dir), str(remove_dir)
+
+        def one_receive_delete(index: int, n: int, dfd: int) -> bool:
+            name = next(ready_names, None)
+            if name is None:
+                return False
+            ready, in_flight, removed = os.path.join(qdir, name), os.path.join(ddir, name), os.path.join(rdir, name)
+            fd = os.open(ready, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.rename(ready, in_flight)
+                while os.read(fd, 65536):
+                    pass
+            finally:
+                os.close(fd)
+            os.rename(in_flight, removed)
+            os.fsync(dfd)
+            os.unlink(removed)
+            return True
+
+        messages, elapsed, latencies, exhausted = _run_threads(threads, duration_s, rdir, one_receive_delete, "rd-loop")
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
     return {
         "threads": threads,
         "duration_s": round(elapsed, 3),
         "messages": messages,
-        "msgs_per_s": round(messages / elapsed, 1),
-        "latency_ms": {
-            "p50": round(_percentile(lat_all, 50) * 1000, 3),
-            "p99": round(_percentile(lat_all, 99) * 1000, 3),
-            "max": round((lat_all[-1] if lat_all else 0.0) * 1000, 3),
-        },
+        "msgs_per_s": round(messages / elapsed, 1) if elapsed else 0.0,
+        "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2) if elapsed else 0.0,
+        "latency_ms": _latency_ms(latencies),
+        "prefill": prefill,
+        "prefill_s": round(prefill_s, 2),
+        "exhausted": exhausted,
         "body_bytes": body_bytes,
         "directory": str(Path(directory).resolve()),
     }
@@ -168,9 +321,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="threads (default 64)")
     parser.add_argument("--duration", type=float, default=DEFAULT_DURATION_S, help="seconds (default 10)")
     parser.add_argument("--body-bytes", type=int, default=BODY_BYTES, help="bytes per message (default 1024)")
+    parser.add_argument(
+        "--receive",
+        action="store_true",
+        help="run the receive+delete loop (open, rename into delay/, read, rename into remove/, fsync remove/, "
+        "unlink) on a prefilled directory instead of the send loop",
+    )
+    parser.add_argument(
+        "--prefill",
+        type=int,
+        default=DEFAULT_RECEIVE_PREFILL,
+        help=f"with --receive: ready files written first (default {DEFAULT_RECEIVE_PREFILL})",
+    )
     args = parser.parse_args(argv)
-    result = disk_loop(args.dir, threads=args.threads, duration_s=args.duration, body_bytes=args.body_bytes)
-    print(f"disk loop: {result['msgs_per_s']} msgs/s with {args.threads} threads", file=sys.stderr)
+    result: dict[str, object]
+    if args.receive:
+        result = receive_delete_loop(
+            args.dir, threads=args.threads, duration_s=args.duration, prefill=args.prefill, body_bytes=args.body_bytes
+        )
+    else:
+        result = disk_loop(args.dir, threads=args.threads, duration_s=args.duration, body_bytes=args.body_bytes)
+    what = "receive+delete loop" if args.receive else "disk loop"
+    print(f"{what}: {result['msgs_per_s']} msgs/s with {args.threads} threads", file=sys.stderr)
     print(json.dumps(result))
     return 0
 

@@ -15,8 +15,11 @@ of a queue it holds any action on. ``/healthz`` and ``/readyz`` are open;
 The decision is this one table (method and route -> what it needs), read by
 the middleware of :func:`make_auth_middleware`: a new route is classified by
 adding one line (tests/unit/test_auth_rules.py fails for a route left out). The
-principal is a :class:`mqcore.auth.Grant`, whatever proved it, so an SQS
-access key (issue 13) can map to the same rules.
+principal is a :class:`mqcore.auth.Grant`, whatever proved it: a bearer token
+here, or an SQS access key's SigV4 signature (``[[access_keys]]`` of the same
+file), which :mod:`daemons._sqs_auth` checks on the SQS endpoint with the same
+grants (that endpoint answers in SQS's error shapes, so this middleware only
+hands it the authenticator).
 
 Speed: a request's token is hashed once with SHA-256 and looked up in a cache
 of verified tokens (the key is the digest, so the cache holds no token); only
@@ -28,13 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
-from mqcore.auth import ANY_ACTION, Entry, Grant, load_auth_file, verify
+from mqcore.auth import ANY_ACTION, AccessKey, AuthFile, Entry, Grant, load_auth, verify
 from mqcore.errors import ConfigError, Forbidden, Unauthorized
 
 logger = logging.getLogger("mq.auth")
@@ -42,6 +46,9 @@ logger = logging.getLogger("mq.auth")
 #: What a route needs besides an action: no token at all, or any known token.
 OPEN = "open"
 ANY_TOKEN = "any_token"
+#: The SQS endpoint: signed with SigV4 by an access key (or a bearer token), checked per SQS action by
+#: daemons._sqs_auth, refused in SQS's error shapes.
+SQS = "sqs"
 
 #: (method, canonical route) -> OPEN, ANY_TOKEN, ANY_ACTION or an action of mqcore.auth.ACTIONS.
 #: Routes without ``{queue}`` that need an action need it on every queue (pattern ``*``).
@@ -70,11 +77,10 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): OPEN,
     ("GET", "/metrics"): "admin",
-    # Issue 13's SQS endpoint: SDKs sign with SigV4 (--sqs-credentials) and send no bearer token, so with
-    # --auth-file it is open only to an admin-on-every-queue token until access keys map onto grants
-    # (docs/security.md): closed rather than open to anyone.
-    ("POST", "/"): "admin",
-    ("POST", "/{account}/{queue}"): "admin",
+    # Issue 13's SQS endpoint: SDKs sign with SigV4; the access keys of the auth file carry grants, checked
+    # per SQS action (mqcore.auth.SQS_ACTIONS) by daemons._sqs_auth.
+    ("POST", "/"): SQS,
+    ("POST", "/{account}/{queue}"): SQS,
 }
 #: Canonical routes starting with this are the web console's static files: open (they hold no data; the API
 #: calls the console makes are checked as above).
@@ -86,6 +92,8 @@ MAX_TOKEN_CHARS = 512
 CACHE_ENTRIES = 10_000
 
 GRANT_KEY = web.RequestKey("mq_grant", object)
+#: On SQS requests: the Authenticator and the refusal counter, for daemons._sqs_auth.
+SQS_AUTH_KEY = web.RequestKey("mq_sqs_auth", object)
 
 
 def requirement(method: str, canonical: str) -> str:
@@ -102,18 +110,20 @@ def requirement(method: str, canonical: str) -> str:
 
 
 class Authenticator:
-    """The tokens of one auth file, their verification cache, and reload on SIGHUP.
+    """The tokens and SQS access keys of one auth file, the tokens' verification cache, and reload on SIGHUP.
 
     Args:
         path: The auth file (TOML, see the module docstring).
 
     Raises:
-        ConfigError: The file is invalid (see :func:`load_auth_file`).
+        ConfigError: The file is invalid (see :func:`mqcore.auth.load_auth`).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._entries: list[Entry] = load_auth_file(path)
+        loaded = _load(path)
+        self._entries: list[Entry] = loaded.entries
+        self._keys: dict[str, AccessKey] = loaded.access_keys
         self._cache: dict[bytes, Grant | None] = {}
         self._lock = asyncio.Lock()
         self._generation = 0
@@ -123,20 +133,31 @@ class Authenticator:
         """Number of token entries loaded."""
         return len(self._entries)
 
+    @property
+    def has_access_keys(self) -> bool:
+        """True if the file has SQS access keys."""
+        return bool(self._keys)
+
+    def access_key(self, key_id: str) -> AccessKey | None:
+        """The SQS access key ``key_id`` of the file (its secret and grant), or None if there is none."""
+        return self._keys.get(key_id)
+
     def reload(self) -> None:
         """Read the file again (SIGHUP); on error keep the tokens in force and log why.
 
         Open connections are untouched; the next request of each is checked against the new tokens.
         """
         try:
-            entries = load_auth_file(self.path)
+            loaded = _load(self.path)
         except ConfigError as exc:
             logger.error("auth file not reloaded, the previous tokens stay in force: %s", exc.message)
             return
-        self._entries = entries
+        self._entries, self._keys = loaded.entries, loaded.access_keys
         self._cache = {}
         self._generation += 1
-        logger.info("auth file reloaded path=%s tokens=%d", self.path, len(entries))
+        logger.info(
+            "auth file reloaded path=%s tokens=%d access_keys=%d", self.path, len(self._entries), len(self._keys)
+        )
 
     async def authenticate(self, token: str) -> Grant | None:
         """The grant of ``token``, or None if no entry's hash matches (each check constant-time)."""
@@ -158,7 +179,19 @@ class Authenticator:
         return grant
 
 
-def _bearer(header: str | None) -> str | None:
+def _load(path: str) -> AuthFile:
+    """:func:`mqcore.auth.load_auth`, and botocore present if the file has access keys (SigV4 needs it).
+
+    Raises:
+        ConfigError: The file is invalid, or has access keys and botocore is not installed.
+    """
+    loaded = load_auth(path)
+    if loaded.access_keys and importlib.util.find_spec("botocore") is None:
+        raise ConfigError("the auth file's access_keys (SigV4) need botocore: pip install 'mq[sqs]'", key="auth_file")
+    return loaded
+
+
+def bearer(header: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header (RFC 6750 section 2.1), or None."""
     if not header:
         return None
@@ -200,7 +233,10 @@ def make_auth_middleware(
             needed = requirement(request.method, route.canonical)
         if needed == OPEN:
             return await handler(request)
-        token = _bearer(request.headers.get("Authorization"))
+        if needed == SQS:
+            request[SQS_AUTH_KEY] = (auth, counts)
+            return await handler(request)
+        token = bearer(request.headers.get("Authorization"))
         if token is None:
             counts["unauthorized"] += 1
             return _unauthorized("a token is required: Authorization: Bearer <token>", None)
@@ -237,10 +273,10 @@ def grant_of(request: web.Request) -> Grant | None:
     return request.get(GRANT_KEY)
 
 
-def visible(request: web.Request, queues: list[str]) -> list[str]:
+def visible(request: web.Request, queues: Sequence[str]) -> list[str]:
     """The names of ``queues`` the request's token matches (all of them without ``--auth-file``)."""
     grant = grant_of(request)
-    return queues if grant is None else [q for q in queues if grant.matches(q)]
+    return list(queues) if grant is None else [q for q in queues if grant.matches(q)]
 
 
 def require(request: web.Request, action: str, queue: str) -> None:

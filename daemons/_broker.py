@@ -31,9 +31,10 @@ from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, ReceiptHandle, parse_in_flight_name, ready_name
+from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
+from mqcore.service.fifo import FIFO_ROUND_NAMES
 from mqcore.service.handles import LeaseMemory
 from mqcore.service.plans import run_async
 from mqcore.service.queues import queue_stats
@@ -291,11 +292,13 @@ class Broker:
             state = await self.queues.queue_state(queue)
             popped = False
             held: list[str] = []
+            fifo = is_fifo_queue(queue)
             while len(out) < wanted:
                 names: list[str] = []
-                while len(names) < wanted - len(out):
+                room = wanted - len(out)
+                while len(names) < (FIFO_ROUND_NAMES if fifo else room):  # FIFO: past blocked groups in few rounds
                     name = (
-                        state.index.pop_fuzzed(self.settings.peers)
+                        state.index.pop_fuzzed(0 if fifo else self.settings.peers)  # FIFO: oldest first
                         if partition is None
                         else state.index.pop_oldest_in(*partition)
                     )
@@ -306,9 +309,17 @@ class Broker:
                     break
                 popped = True
                 outcome = await self.run_in(
-                    fetcher.thread, lease_names, self.store, queue, names, request.visibility_timeout_ms, state.policy
+                    fetcher.thread,
+                    lease_names,
+                    self.store,
+                    queue,
+                    names,
+                    request.visibility_timeout_ms,
+                    state.policy,
+                    room if fifo else None,
                 )
                 state.index.update(outcome.untried)
+                held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
                 outcome.check(queue, len(out))
                 for message in outcome.messages:
                     out[message.message_id] = message
@@ -451,6 +462,8 @@ class Broker:
         hint = self.leases.current(handle)
         where = await self.run_in(self.savers, self.store.delete_by_handle, queue, handle, hint)
         self.leases.released(handle)
+        if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
+            self.queues.fire(self.queues.arrivals, queue)
         if where == "ready":
             state = self.queues.fetcher_for(queue).queues.get(queue)
             if state is not None:

@@ -16,6 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -34,9 +35,10 @@ from mqcore.errors import (
     echo,
 )
 from mqcore.model import ReceivedMessage
-from mqcore.names import check_message_id, check_queue_name
+from mqcore.names import QueueName, check_message_id, check_queue_name, is_fifo_queue
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
 from mqcore.redrive import DEFAULT_REDRIVE_RATE
+from mqcore.service import fifo
 from mqcore.service.handles import check_handle
 from mqcore.service.requests import (
     DELAY_SECONDS,
@@ -298,6 +300,7 @@ def _received_json(message: ReceivedMessage) -> dict[str, Any]:
         **_stored_json(message),
         "first_receive_timestamp_ms": message.first_receive_ms,
         "visibility_deadline_ms": message.deadline_ms,
+        **fifo.native_fields(message),
     }
 
 
@@ -410,6 +413,11 @@ async def send_message(request: web.Request) -> web.Response:
     check_message_size(len(body) + attributes_size(message_attributes), attrs)
     content_type = request.headers.get("Content-Type")
     entry = SendEntry(body, content_type, message_attributes or None, delay * 1000)
+    if "X-Message-Group-Id" in request.headers or "X-Message-Deduplication-Id" in request.headers:  # FIFO queues
+        group, dedup = fifo.fifo_fields(
+            queue, request.headers.get("X-Message-Group-Id"), request.headers.get("X-Message-Deduplication-Id")
+        )
+        entry = replace(entry, group_id=group, dedup_id=dedup)
     message_id = await broker.sender.send(queue, entry)
     return web.Response(
         status=201,
@@ -419,10 +427,19 @@ async def send_message(request: web.Request) -> web.Response:
     )
 
 
-_SEND_ENTRY_KEYS = ("id", "body", "body_base64", "content_type", "attributes", "delay_seconds")
+_SEND_ENTRY_KEYS = (
+    "id",
+    "body",
+    "body_base64",
+    "content_type",
+    "attributes",
+    "delay_seconds",
+    "group_id",
+    "deduplication_id",
+)
 
 
-def _send_entry(item: dict[str, Any], where: str, attrs: QueueAttributes) -> SendEntry:
+def _send_entry(item: dict[str, Any], where: str, attrs: QueueAttributes, queue: QueueName) -> SendEntry:
     """One entry of a batch send as a SendEntry (per-entry errors: InvalidRequest, InvalidAttribute)."""
     check_keys(item, _SEND_ENTRY_KEYS, where)
     if ("body" in item) == ("body_base64" in item):
@@ -444,9 +461,13 @@ def _send_entry(item: dict[str, Any], where: str, attrs: QueueAttributes) -> Sen
             raise InvalidRequest(
                 f"{where}.body_base64 must be a base64 string (RFC 4648, with padding)", field=f"{where}.body_base64"
             ) from None
-    return send_entry(
+    entry = send_entry(
         body, item.get("content_type"), item.get("attributes"), item.get("delay_seconds"), attrs, where=f"{where}."
     )
+    if "group_id" in item or "deduplication_id" in item:  # FIFO queues (docs/api.md)
+        group, dedup = fifo.fifo_fields(queue, item.get("group_id"), item.get("deduplication_id"), f"{where}.")
+        entry = replace(entry, group_id=group, dedup_id=dedup)
+    return entry
 
 
 async def send_batch(request: web.Request) -> web.Response:
@@ -473,7 +494,7 @@ async def send_batch(request: web.Request) -> web.Response:
     valid: list[tuple[str, SendEntry]] = []
     for i, (entry_id, item) in enumerate(entries):
         try:
-            valid.append((entry_id, _send_entry(item, f"{key}[{i}]", attrs)))
+            valid.append((entry_id, _send_entry(item, f"{key}[{i}]", attrs, queue)))
         except MQError as exc:
             failed.append(failed_entry(entry_id, exc))
     check_message_size(sum(entry_size(e) for _, e in valid), attrs)
@@ -513,6 +534,9 @@ async def receive_message(request: web.Request) -> web.Response:
     queue = check_queue_name(request.match_info["queue"])
     args, as_json = receive_args_from_query(query_params(request, _RECEIVE_PARAMS))
     messages = await request.app[BROKER].receive(queue, args)
+    if messages and is_fifo_queue(queue):  # the group ids of messages re-let by an attempt id, from their files
+        broker = request.app[BROKER]
+        messages = await broker.run_in(broker.savers, fifo.with_fifo_ids, broker.store, messages)
     if as_json:
         return web.json_response({"messages": [_received_json(m) for m in messages]})
     if not messages:
@@ -529,6 +553,7 @@ async def receive_message(request: web.Request) -> web.Response:
     }
     if message.attributes:
         headers["X-Message-Attributes"] = json.dumps(message.attributes, separators=(",", ":"), ensure_ascii=True)
+    headers.update({fifo.NATIVE_HEADERS[k]: v for k, v in fifo.native_fields(message).items()})
     return web.Response(body=message.body, headers=headers)
 
 

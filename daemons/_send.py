@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 from daemons import _idorder, _runtime
 from daemons._queues import QueueState
 from mqcore.errors import MQError, QueueNotFound
-from mqcore.names import MessageId, QueueName, ready_name
+from mqcore.names import MessageId, QueueName, is_fifo_queue, ready_name
 from mqcore.protocol import PendingMessage, SendEntry
+from mqcore.service import fifo
 from mqcore.service.capacity import admit, queue_full
 
 if TYPE_CHECKING:
@@ -83,8 +84,12 @@ class Sender:
             await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
             message_id = await broker.run_in(
                 broker.savers,
-                lambda: broker.store.send(
-                    queue, entry.body, entry.content_type, entry.attributes, delay_ms, entry.attribute_types
+                lambda: (
+                    fifo.send_entry(broker.store, queue, entry)  # docs/protocol.md 19
+                    if is_fifo_queue(queue)
+                    else broker.store.send(
+                        queue, entry.body, entry.content_type, entry.attributes, delay_ms, entry.attribute_types
+                    )
                 ),
             )
             if delay_ms == 0:
@@ -147,6 +152,8 @@ class Sender:
             QueueNotFound: No such queue (nothing is written).
         """
         store, savers = self.broker.store, self.broker.savers
+        if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
+            return await self.broker.run_in(savers, fifo.send_entries, store, queue, entries)
         if not await self.broker.run_in(savers, store.queue_exists, queue):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         ids = [store.ids.next_id() for _ in entries]

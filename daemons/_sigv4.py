@@ -2,7 +2,8 @@
 
 The signature is recomputed with botocore's own signer (``botocore.auth.SigV4Auth``) over the
 headers the client says it signed, with the secret key of the client's access key id from the
-credentials file, and compared in constant time. A request dated more than 5 minutes from this
+credentials file (or of the ``[[access_keys]]`` of the auth file, ``--auth-file``: see
+:mod:`daemons._sqs_auth`), and compared in constant time. A request dated more than 5 minutes from this
 host's clock is refused, as AWS does.
 """
 
@@ -13,6 +14,7 @@ import functools
 import hmac
 import json
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
@@ -56,12 +58,18 @@ def load_credentials(path: str) -> dict[str, str]:
 
 
 def verify(
-    credentials: dict[str, str], method: str, url: str, headers: Any, body: bytes, now: datetime.datetime
-) -> None:
-    """Check the request's SigV4 ``Authorization`` header.
+    credentials: Mapping[str, str] | Callable[[str], str | None],
+    method: str,
+    url: str,
+    headers: Any,
+    body: bytes,
+    now: datetime.datetime,
+) -> str:
+    """Check the request's SigV4 ``Authorization`` header; return the access key id that signed it.
 
     Args:
-        credentials: Access key id -> secret access key.
+        credentials: Access key id -> secret access key (a mapping, or a function returning None for
+            an unknown id).
         method: The HTTP method.
         url: The URL as the client addressed it (scheme, Host header, raw path and query).
         headers: The request headers (a case-insensitive mapping).
@@ -74,7 +82,7 @@ def verify(
     match = _AUTH_RE.fullmatch((headers.get("Authorization") or "").strip())
     if match is None:
         raise SqsError("InvalidClientTokenId", "The request must be signed with AWS Signature Version 4.")
-    secret = credentials.get(match["key"])
+    secret = credentials(match["key"]) if callable(credentials) else credentials.get(match["key"])
     if secret is None:
         raise SqsError("InvalidClientTokenId", "The security token included in the request is invalid.")
     amz_date = headers.get("X-Amz-Date") or ""
@@ -95,3 +103,4 @@ def verify(
             "The request signature we calculated does not match the signature you provided. "
             "Check your AWS Secret Access Key and signing method.",
         )
+    return match["key"]

@@ -14,24 +14,26 @@ bad request.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
+from daemons import _auth, _sqs_auth
 from daemons._broker import Broker
 from daemons._http import BROKER
-from mqcore import sqs, sqs_query
+from mqcore import sqs, sqs_fifo, sqs_query
 from mqcore.errors import MQError
 from mqcore.model import ReceivedMessage
-from mqcore.names import QueueName, sent_ms_of
+from mqcore.names import QueueName, is_fifo_queue, sent_ms_of
 from mqcore.protocol import SendEntry, now_ms
 from mqcore.redrive import DEFAULT_REDRIVE_RATE
+from mqcore.service import fifo
 from mqcore.service.handles import check_handle
 from mqcore.service.requests import MAX_MESSAGES, VISIBILITY_TIMEOUT_SECONDS, WAIT_TIME_SECONDS, Limit, ReceiveArgs
 
@@ -57,6 +59,11 @@ class Context:
         self.account_id: str = settings.sqs_account_id
         self.region: str = settings.sqs_region
         self.base_url = f"{request.scheme}://{request.host}"
+        self.request = request
+
+    def visible(self, names: Sequence[str]) -> list[str]:
+        """The ``names`` the request's grant matches (all without --auth-file; daemons._sqs_auth)."""
+        return _auth.visible(self.request, names)
 
     def url(self, queue: str) -> str:
         return sqs.queue_url(self.base_url, self.account_id, queue)
@@ -92,8 +99,8 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
     JSON request. Answers 200 with the action's JSON result, or SQS's error (status, ``__type``,
     ``x-amzn-query-error``). Query (no X-Amz-Target): form-encoded ``Action=...`` parameters
     (in the body or the URL); XML answers and errors (:mod:`mqcore.sqs_query`), the same actions.
-    Signatures are checked only with ``--sqs-credentials`` (otherwise any credentials are
-    accepted, as ElasticMQ).
+    Signatures are checked with ``--auth-file`` (its access keys, with their grants) or
+    ``--sqs-credentials``, otherwise any credentials are accepted, as ElasticMQ (daemons._sqs_auth).
     """
     request_id = str(uuid.uuid4())
     target = request.headers.get("X-Amz-Target", "")
@@ -101,13 +108,7 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
     name = ""
     try:
         raw = await _read_body(request)
-        credentials_file = request.app[BROKER].settings.sqs_credentials
-        if credentials_file:
-            from daemons import _sigv4  # botocore, imported only when signatures are checked
-
-            url = f"{request.scheme}://{request.host}{request.raw_path}"
-            now = datetime.datetime.now(datetime.UTC)
-            _sigv4.verify(_sigv4.load_credentials(credentials_file), request.method, url, request.headers, raw, now)
+        grant = await _sqs_auth.authenticate(request, raw)  # SigV4 / access keys' grants (docs/security.md)
         if query:
             name, body = _query_request(request, raw)
         else:
@@ -120,6 +121,7 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
             if name in UNSUPPORTED:
                 raise sqs.SqsError("UnsupportedOperation", f"{name} is not supported by mq.")
             raise sqs.SqsError("InvalidAction", f"The action {name} is not valid for this endpoint.")
+        _sqs_auth.authorize(request, grant, name, body)
         result = await action(Context(request), body)
     except sqs.SqsError as exc:
         return _error_response(exc, request_id, query)
@@ -203,7 +205,8 @@ def _int(body: dict[str, Any], name: str, limit: Limit) -> int | None:
 async def create_queue(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """CreateQueue: idempotent with the same attributes, QueueNameExists with others (Broker.create_queue)."""
     queue = sqs.check_new_queue_name(body.get("QueueName"))
-    translated = sqs.translate_queue_attributes(body.get("Attributes"))
+    sqs_fifo.check_queue_type(queue, body.get("Attributes"))
+    translated = sqs.translate_queue_attributes(body.get("Attributes"), creating=True)
     tags = sqs.check_tags(body.get("tags"))
     changes = {k: v for k, v in translated.changes.items() if v is not None}
     created, _ = await ctx.broker.create_queue(queue, changes or None)
@@ -229,7 +232,7 @@ async def list_queues(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     prefix = body.get("QueueNamePrefix") or ""
     if not isinstance(prefix, str):
         raise sqs.SqsError("InvalidParameterValue", "QueueNamePrefix must be a string.")
-    names = [n for n in await ctx.broker.list_queues("") if n.startswith(prefix)]
+    names = ctx.visible([n for n in await ctx.broker.list_queues("") if n.startswith(prefix)])
     chosen, token = sqs.page(names, body.get("MaxResults"), body.get("NextToken"))
     out: dict[str, Any] = {"QueueUrls": [ctx.url(n) for n in chosen]}
     if token is not None:
@@ -335,7 +338,7 @@ async def list_dead_letter_source_queues(ctx: Context, body: dict[str, Any]) -> 
             continue
         if explicit.get("dead_letter_queue") == queue:
             sources.append(name)
-    chosen, token = sqs.page(sources, body.get("MaxResults"), body.get("NextToken"))
+    chosen, token = sqs.page(ctx.visible(sources), body.get("MaxResults"), body.get("NextToken"))
     out: dict[str, Any] = {"queueUrls": [ctx.url(n) for n in chosen]}
     if token is not None:
         out["NextToken"] = token
@@ -375,12 +378,15 @@ async def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """SendMessage (Broker.send): MessageId, MD5OfMessageBody, MD5OfMessageAttributes."""
     queue = sqs.queue_from_url(body.get("QueueUrl"))
     message = sqs.outgoing_message(body)
+    group, dedup = sqs_fifo.check_send(queue, body)
     attrs = await ctx.broker.get_attributes(queue)
     _check_size(message.size_bytes, attrs.max_message_bytes)
     delay = attrs.delay_seconds if message.delay_seconds is None else message.delay_seconds
-    entry = SendEntry(message.body, SQS_CONTENT_TYPE, message.attributes or None, delay * 1000, message.attribute_types)
+    entry = SendEntry(
+        message.body, SQS_CONTENT_TYPE, message.attributes or None, delay * 1000, message.attribute_types, group, dedup
+    )
     message_id = await ctx.broker.sender.send(queue, entry)
-    return _sent(message_id, message)
+    return {**_sent(message_id, message), **sqs_fifo.sent_fields(queue, message_id)}
 
 
 def _check_size(size: int, limit: int) -> None:
@@ -408,8 +414,9 @@ async def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, An
     for entry in entries:
         try:
             message = sqs.outgoing_message(entry)
+            group, dedup = sqs_fifo.check_send(queue, entry)
             _check_size(message.size_bytes, attrs.max_message_bytes)
-            valid.append((entry["Id"], message))
+            valid.append((entry["Id"], replace(message, group_id=group, dedup_id=dedup)))
         except sqs.SqsError as exc:
             failed.append(sqs.failed_entry(entry["Id"], exc))
     total = sum(m.size_bytes for _, m in valid)
@@ -424,6 +431,8 @@ async def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, An
                 m.attributes or None,
                 (attrs.delay_seconds if m.delay_seconds is None else m.delay_seconds) * 1000,
                 m.attribute_types or None,
+                m.group_id,
+                m.dedup_id,
             )
             for _, m in valid
         ]
@@ -432,7 +441,7 @@ async def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, An
             if isinstance(result, MQError):
                 failed.append(sqs.failed_entry(entry_id, sqs.from_mq_error(result)))
             else:
-                successful.append({"Id": entry_id, **_sent(result, message)})
+                successful.append({"Id": entry_id, **_sent(result, message), **sqs_fifo.sent_fields(queue, result)})
     return {"Successful": successful, "Failed": failed}
 
 
@@ -451,6 +460,8 @@ async def receive_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     names = body.get("MessageAttributeNames")
     args = ReceiveArgs(max_messages, wait, visibility, attempt_id)
     messages = await ctx.broker.receive(queue, args)
+    if messages and is_fifo_queue(queue):  # group ids of messages re-let by an attempt id, read from their files
+        messages = await ctx.store(fifo.with_fifo_ids, ctx.broker.store, messages)
     return {"Messages": [_received(ctx, m, system, names) for m in messages]} if messages else {}
 
 
@@ -470,6 +481,7 @@ def _received(ctx: Context, message: ReceivedMessage, system: list[str], names: 
     }
     if message.source_queue and message.source_queue != message.queue:
         values["DeadLetterQueueSourceArn"] = ctx.arn(message.source_queue)
+    values.update(sqs_fifo.system_attributes(message))
     system_out = {n: values[n] for n in system if n in values}
     if system_out:
         out["Attributes"] = system_out

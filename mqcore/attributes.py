@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mqcore.errors import InvalidAttribute, cap, echo
-from mqcore.names import QueueName, check_queue_name
+from mqcore.names import QueueName, check_queue_name, is_fifo_queue
 
 #: Largest visibility timeout, in seconds (SQS: VisibilityTimeout 0-43200).
 MAX_VISIBILITY_TIMEOUT_SECONDS = 43_200
@@ -107,6 +107,9 @@ class QueueAttributes:
     (VSQS's bounded queue). Counts ready messages only, as RabbitMQ's max-length."""
     capacity_wait_seconds: int = 20
     """How long a send to a full queue waits for room before failing with ``queue_full``, in seconds (0-20)."""
+    content_based_deduplication: bool = False
+    """FIFO queues only (a name ending ``.fifo``): a message sent without a deduplication id gets the
+    SHA-256 of its body as one (SQS: ContentBasedDeduplication; docs/protocol.md 19)."""
 
     @classmethod
     def from_json(cls, obj: object, defaults: QueueAttributes | None = None) -> QueueAttributes:
@@ -138,6 +141,10 @@ _INT_RANGES: dict[str, tuple[int, int, str]] = {
 }
 
 
+#: Attributes that are JSON booleans.
+_BOOL_KEYS = ("content_based_deduplication",)
+
+
 def check_changes(obj: object) -> dict[str, Any]:
     """Check a partial attributes object ``{key: value or None}``; return it with checked values.
 
@@ -157,6 +164,11 @@ def check_changes(obj: object) -> dict[str, Any]:
         if value is None:
             out[key] = None
             continue
+        if key in _BOOL_KEYS:
+            if type(value) is not bool:
+                raise InvalidAttribute(f"{key} must be true or false, got {echo(value)}", name=key)
+            out[key] = value
+            continue
         if key == "dead_letter_queue":
             try:
                 out[key] = check_queue_name(value)
@@ -170,6 +182,22 @@ def check_changes(obj: object) -> dict[str, Any]:
             raise InvalidAttribute(f"{key} must be an integer {low}-{high} ({rule}), got {echo(value)}", name=key)
         out[key] = value
     return out
+
+
+def check_queue_kind(queue: str, changes: dict[str, Any]) -> None:
+    """Refuse FIFO-only attributes on a standard queue (SQS: ContentBasedDeduplication is FIFO only).
+
+    Raises:
+        InvalidAttribute: ``content_based_deduplication`` true on a queue whose name does not end ``.fifo``;
+            ``delay_seconds`` above 0 on a FIFO queue (mq's FIFO queues have no delay, docs/sqs.md).
+    """
+    if changes.get("content_based_deduplication") and not is_fifo_queue(queue):
+        raise InvalidAttribute(
+            "content_based_deduplication is for FIFO queues only (names ending in .fifo)",
+            name="content_based_deduplication",
+        )
+    if changes.get("delay_seconds") and is_fifo_queue(queue):
+        raise InvalidAttribute("FIFO queues in mq have no delay: delay_seconds must be 0", name="delay_seconds")
 
 
 def effective(explicit: dict[str, Any], defaults: QueueAttributes) -> QueueAttributes:

@@ -33,6 +33,7 @@ def encode(
     attributes: dict[str, str] | None = None,
     queue: str | None = None,
     attribute_types: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
 ) -> bytes:
     """Return the file content for ``body`` (bytes).
 
@@ -45,6 +46,7 @@ def encode(
         attribute_types: SQS DataType of the attributes that are not plain ``String``
             (name -> ``Number``, ``Binary``, ``String.x``...; a Binary value is stored in
             ``attributes`` as base64), if any: header key ``attribute_types``.
+        extra: More header keys (a FIFO message's ``group_id`` and ``dedup_id``, docs/protocol.md 19).
     """
     header: dict[str, Any] = {"body_bytes": len(body)}
     if content_type:
@@ -56,6 +58,8 @@ def encode(
             header["attribute_types"] = types
     if queue:
         header["queue"] = queue
+    if extra:
+        header.update(extra)
     return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
 
 
@@ -135,6 +139,8 @@ class ReceivedMessage:
             (SQS: ApproximateFirstReceiveTimestamp).
         source_queue: The queue it was first sent to (differs from ``queue`` once dead-lettered), or None if unknown.
         attribute_types: SQS DataType of each attribute that is not a plain ``String`` (name -> type).
+        group_id: Its MessageGroupId, on a FIFO queue (docs/protocol.md 19), else None.
+        dedup_id: Its MessageDeduplicationId (given or content-based), on a FIFO queue, else None.
     """
 
     queue: QueueName
@@ -148,6 +154,8 @@ class ReceivedMessage:
     first_receive_ms: int = 0
     source_queue: str | None = None
     attribute_types: dict[str, str] = field(default_factory=dict)
+    group_id: str | None = None
+    dedup_id: str | None = None
 
     @property
     def receipt_handle(self) -> str:

@@ -2,8 +2,16 @@
 
 This is the only module that turns names into paths, so nothing a client sends
 can address a path outside the root: queue names are checked against
-``[A-Za-z0-9_-]{1,80}`` (SQS's rule) and message ids against the UUIDv7 form
-before any path is built. ``docs/protocol.md`` describes the same forms.
+``[A-Za-z0-9_-]{1,80}``, or ``[A-Za-z0-9_-]{1,75}.fifo`` for a FIFO queue
+(SQS's rules), and message ids against the UUIDv7 form before any path is
+built. ``docs/protocol.md`` describes the same forms.
+
+A FIFO queue's name holds exactly one ``.``, in its ``.fifo`` suffix; no other
+field of any form (id, receive count, deadline, token, hash) ever equals
+``fifo`` or contains a ``.``, so every form stays unambiguous: a parser that
+meets the field ``fifo`` right after a queue name's field joins the two
+(``DL.Q.fifo.ID.RC.LT``), and ``Q.ID`` forms split at the last ``.``
+(docs/protocol.md 19.1). Names of standard queues parse exactly as before.
 
 File-name forms (protocol version 2; ``Q`` queue name, ``ID`` message id,
 ``RC`` receive count, ``DL`` deadline in epoch milliseconds, 13 digits,
@@ -53,15 +61,18 @@ PROTOCOL_VERSION = 2
 QueueName = NewType("QueueName", str)
 MessageId = NewType("MessageId", str)
 
-#: Longest queue name, in characters (SQS: 80).
+#: Longest queue name, in characters (SQS: 80, a FIFO queue's ``.fifo`` suffix included).
 MAX_QUEUE_NAME_CHARS = 80
+#: Suffix of a FIFO queue's name (SQS: a queue is FIFO if and only if its name ends with it).
+FIFO_SUFFIX = ".fifo"
 
-_QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
 _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _DEADLINE_DIGITS = 13
 _COUNT_RE = re.compile(r"0|[1-9][0-9]{0,8}")
 _DEADLINE_RE = re.compile(r"[0-9]{13}")
 _TOKEN_RE = re.compile(r"[0-9a-f]{17,32}")
+_TOKEN32_RE = re.compile(r"[0-9a-f]{32}")
 
 NEW_DIR = "new"
 QUEUES_DIR = "queues"
@@ -82,24 +93,31 @@ REMOVED_QUEUE_SUFFIX = ".queue"
 
 
 def check_queue_name(name: str) -> QueueName:
-    """Return ``name`` as a :data:`QueueName` if it is 1-80 chars of ``[A-Za-z0-9_-]``.
+    """Return ``name`` as a :data:`QueueName` if it is 1-80 chars of ``[A-Za-z0-9_-]`` or a FIFO name.
+
+    A FIFO queue's name is 1-75 chars of ``[A-Za-z0-9_-]`` followed by ``.fifo`` (SQS: 80 in all).
 
     Raises:
         InvalidQueueName: Any other string (so ``..``, ``a/b`` or ``""`` never reach a path).
     """
     if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
         raise InvalidQueueName(
-            "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_'",
+            "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_' (a FIFO queue's end with '.fifo')",
             queue=cap(name) if isinstance(name, str) else echo(name),
         )
     return QueueName(name)
 
 
-_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}")
+_PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}|[A-Za-z0-9_-]{1,75}\.(?:f|fi|fif|fifo)?")
+
+
+def is_fifo_queue(queue: str) -> bool:
+    """True if ``queue`` names a FIFO queue: it ends with ``.fifo`` (SQS's rule; a string test, no I/O)."""
+    return queue.endswith(FIFO_SUFFIX)
 
 
 def is_queue_prefix(value: object) -> bool:
-    """True for a valid queue name prefix (``list_queues``): 0-80 characters of ``[A-Za-z0-9_-]``."""
+    """True for a queue name prefix (``list_queues``): 0-80 characters of ``[A-Za-z0-9_-]``, or a FIFO name's start."""
     return isinstance(value, str) and _PREFIX_RE.fullmatch(value) is not None
 
 
@@ -301,6 +319,8 @@ def in_flight_name(
 def parse_in_flight_name(filename: str) -> InFlightName | None:
     """Parse a ``delay/`` file name ``DL.Q.ID.RC.LT`` (or v1's ``DL.Q.ID.RC``); None for any other name."""
     parts = filename.split(".")
+    if len(parts) == 6 and parts[2] == "fifo":  # DL.Q.fifo.ID.RC.LT: a FIFO queue (v2 only), section 19.1
+        parts = [parts[0], parts[1] + FIFO_SUFFIX, *parts[3:]]
     if len(parts) == 5:
         deadline, queue, mid, rc, token = parts
         if not _TOKEN_RE.fullmatch(token):
@@ -416,8 +436,8 @@ def new_name(queue: QueueName, message_id: MessageId) -> str:
 
 
 def parse_new_name(filename: str) -> tuple[QueueName, MessageId] | None:
-    """Parse ``Q.ID`` from ``new/``; None for any other name."""
-    queue, dot, mid = filename.partition(".")
+    """Parse ``Q.ID`` from ``new/``; None for any other name (split at the last ``.``: ``Q`` may end ``.fifo``)."""
+    queue, dot, mid = filename.rpartition(".")
     if not dot or not _QUEUE_RE.fullmatch(queue) or not _ID_RE.fullmatch(mid):
         return None
     return QueueName(queue), MessageId(mid)
@@ -426,6 +446,18 @@ def parse_new_name(filename: str) -> tuple[QueueName, MessageId] | None:
 def removed_name(queue: QueueName, message_id: MessageId) -> str:
     """File name of a deleted message inside ``remove/``: ``Q.ID`` (both are checked)."""
     return f"{check_queue_name(queue)}.{check_message_id(message_id)}"
+
+
+def removed_entry_queue(filename: str) -> QueueName | None:
+    """The queue of a ``remove/`` entry: ``Q.ID`` (a message) or ``Q.TOKEN.queue`` (a directory); None for others.
+
+    Splits from the end, so the entries of queue ``a`` and of FIFO queue ``a.fifo`` never mix.
+    """
+    is_dir = filename.endswith(REMOVED_QUEUE_SUFFIX)
+    queue, dot, last = filename.removesuffix(REMOVED_QUEUE_SUFFIX).rpartition(".")
+    if not dot or not _QUEUE_RE.fullmatch(queue) or not (_TOKEN32_RE if is_dir else _ID_RE).fullmatch(last):
+        return None
+    return QueueName(queue)
 
 
 class Layout:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+from mqcore import sqs_fifo
 from mqcore.attributes import (
     MAX_DELAY_SECONDS,
     MAX_RECEIVE_COUNT_LIMIT,
@@ -205,15 +206,13 @@ def queue_from_arn(arn: object, field: str) -> QueueName:
 
 
 def check_new_queue_name(name: object) -> QueueName:
-    """A CreateQueue QueueName: 1-80 characters of ``[A-Za-z0-9_-]`` (SQS; ``.fifo`` names are not supported).
+    """A CreateQueue QueueName: 1-80 characters of ``[A-Za-z0-9_-]``, a FIFO queue's ending ``.fifo`` (SQS).
 
     Raises:
-        SqsError: MissingParameter, InvalidParameterValue, UnsupportedOperation (a ``.fifo`` name).
+        SqsError: MissingParameter, InvalidParameterValue.
     """
     if name is None:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueName.")
-    if isinstance(name, str) and name.endswith(".fifo"):
-        raise SqsError("UnsupportedOperation", "FIFO queues are not supported by mq (see docs/sqs.md).")
     try:
         return check_queue_name(name)  # type: ignore[arg-type]
     except ValueError:
@@ -277,7 +276,13 @@ READ_ONLY_ATTRIBUTES = (
     "ApproximateNumberOfMessagesDelayed",
 )
 #: Every name GetQueueAttributes knows ("All" asks for all of them).
-ALL_QUEUE_ATTRIBUTES = (*INT_ATTRIBUTES, "RedrivePolicy", *STORED_ATTRIBUTES, *READ_ONLY_ATTRIBUTES)
+ALL_QUEUE_ATTRIBUTES = (
+    *INT_ATTRIBUTES,
+    "RedrivePolicy",
+    *STORED_ATTRIBUTES,
+    *READ_ONLY_ATTRIBUTES,
+    *sqs_fifo.FIFO_QUEUE_ATTRIBUTES,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,16 +298,15 @@ class QueueAttributeChanges:
     stored: dict[str, str | None]
 
 
-def translate_queue_attributes(attributes: object) -> QueueAttributeChanges:
-    """Translate SQS ``Attributes`` of CreateQueue / SetQueueAttributes (name -> string value).
+def translate_queue_attributes(attributes: object, *, creating: bool = False) -> QueueAttributeChanges:
+    """Translate SQS ``Attributes`` of CreateQueue (``creating``) / SetQueueAttributes (name -> string value).
 
     RedrivePolicy is ``{"deadLetterTargetArn": ARN, "maxReceiveCount": 1-1000}`` as a JSON string
-    (an empty string removes it). FifoQueue may only be ``"false"``.
+    (an empty string removes it). The FIFO attributes are :func:`mqcore.sqs_fifo.translate_attribute`'s.
 
     Raises:
-        SqsError: InvalidAttributeName (unknown or read-only name, FIFO-only attributes),
-            InvalidAttributeValue (not a string, not an integer where one is needed, a bad RedrivePolicy),
-            UnsupportedOperation (FifoQueue "true").
+        SqsError: InvalidAttributeName (unknown or read-only name, FifoQueue after creation),
+            InvalidAttributeValue (not a string, not an integer where one is needed, a bad RedrivePolicy).
     """
     if attributes is None:
         return QueueAttributeChanges({}, {})
@@ -321,9 +325,8 @@ def translate_queue_attributes(attributes: object) -> QueueAttributeChanges:
             changes.update(_redrive_policy(value))
         elif name in STORED_ATTRIBUTES:
             stored[name] = value or None
-        elif name == "FifoQueue":
-            if value.lower() != "false":
-                raise SqsError("UnsupportedOperation", "FIFO queues are not supported by mq (see docs/sqs.md).")
+        elif sqs_fifo.translate_attribute(name, value, changes, creating=creating):
+            pass
         else:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     try:
@@ -436,6 +439,7 @@ def queue_attributes_out(
             out[name] = str(facts.in_flight)
         elif name == "ApproximateNumberOfMessagesDelayed":
             out[name] = str(facts.delayed)
+    out.update(sqs_fifo.queue_attributes_out(queue, attrs.content_based_deduplication, names))
     return out
 
 
@@ -522,6 +526,7 @@ class OutgoingMessage:
         delay_seconds: The message's DelaySeconds, or None for the queue's.
         size_bytes: What counts towards MaximumMessageSize (body, attribute names, types and values).
         md5_of_body, md5_of_attributes: The checksums of the answer.
+        group_id, dedup_id: MessageGroupId and MessageDeduplicationId (FIFO queues: :mod:`mqcore.sqs_fifo`).
     """
 
     body: bytes
@@ -531,6 +536,8 @@ class OutgoingMessage:
     size_bytes: int
     md5_of_body: str
     md5_of_attributes: str | None
+    group_id: str | None = None
+    dedup_id: str | None = None
 
 
 def outgoing_message(entry: dict[str, Any]) -> OutgoingMessage:
@@ -539,11 +546,11 @@ def outgoing_message(entry: dict[str, Any]) -> OutgoingMessage:
     Rules (SQS): a non-empty MessageBody of the characters SQS allows; DelaySeconds 0-900;
     at most 10 MessageAttributes whose names follow SQS's rules (mqcore.attributes), each with a
     DataType String, Number or Binary (optionally ``.custom``) and a non-empty value of that
-    kind (a Number a decimal number). MessageSystemAttributes, MessageGroupId and
-    MessageDeduplicationId (FIFO) are not supported.
+    kind (a Number a decimal number). MessageSystemAttributes are not supported. MessageGroupId and
+    MessageDeduplicationId are checked against the queue's type by :func:`mqcore.sqs_fifo.check_send`.
 
     Raises:
-        SqsError: MissingParameter, InvalidParameterValue, UnsupportedOperation (FIFO parameters).
+        SqsError: MissingParameter, InvalidParameterValue.
     """
     body = entry.get("MessageBody")
     if body is None:
@@ -555,12 +562,6 @@ def outgoing_message(entry: dict[str, Any]) -> OutgoingMessage:
             "InvalidMessageContents",
             "Invalid binary character in the message body: see the allowed characters in SQS's documentation.",
         )
-    for fifo in ("MessageGroupId", "MessageDeduplicationId"):
-        if entry.get(fifo) is not None:
-            raise SqsError(
-                "InvalidParameterValue",
-                f"The request include parameter {fifo} that is not valid for this queue type (mq has no FIFO queues).",
-            )
     if entry.get("MessageSystemAttributes"):
         raise SqsError("InvalidParameterValue", "MessageSystemAttributes (AWSTraceHeader) are not supported by mq.")
     delay = entry.get("DelaySeconds")
@@ -659,8 +660,8 @@ SYSTEM_ATTRIBUTES = (
     "ApproximateFirstReceiveTimestamp",
     "DeadLetterQueueSourceArn",
 )
-#: Names a receive may ask for that mq never has a value for (FIFO, tracing): accepted, not reported.
-_SILENT_SYSTEM_ATTRIBUTES = ("SequenceNumber", "MessageDeduplicationId", "MessageGroupId", "AWSTraceHeader")
+#: Names a receive may ask for that mq never has a value for (tracing): accepted, not reported.
+_SILENT_SYSTEM_ATTRIBUTES = ("AWSTraceHeader",)
 
 
 def system_attribute_names(*lists: object) -> list[str]:
@@ -671,8 +672,9 @@ def system_attribute_names(*lists: object) -> list[str]:
     """
     out: list[str] = []
     for names in lists:
-        out += wanted_names(names, (*SYSTEM_ATTRIBUTES, *_SILENT_SYSTEM_ATTRIBUTES), "AttributeNames")
-    return [n for n in dict.fromkeys(out) if n in SYSTEM_ATTRIBUTES]
+        known = (*SYSTEM_ATTRIBUTES, *sqs_fifo.FIFO_SYSTEM_ATTRIBUTES, *_SILENT_SYSTEM_ATTRIBUTES)
+        out += wanted_names(names, known, "AttributeNames")
+    return [n for n in dict.fromkeys(out) if n not in _SILENT_SYSTEM_ATTRIBUTES]
 
 
 def body_text(body: bytes) -> str:

@@ -1,5 +1,7 @@
 // mq console: plain JavaScript over the JSON API of docs/api.md (no framework, no network access needed).
 // Pages (hash routes): #/ queue list, #/queue/NAME a queue, #/dlq/NAME a dead-letter queue and its redrive.
+// With --auth-file every API call carries the token of the header's field (Authorization: Bearer), kept in
+// sessionStorage: this tab only, gone when it closes; a 401 asks for it (docs/security.md).
 "use strict";
 
 const POLL_MS = 2000;
@@ -9,6 +11,10 @@ const errorBox = document.getElementById("error");
 const live = document.getElementById("live");
 let page = 0; // incremented on every navigation: pollers of an older page stop
 const sendHistory = new Map(); // queue -> [{t, total}] from mq_messages_sent_total
+const TOKEN_KEY = "mq-token";
+const tokenForm = document.getElementById("token-form");
+const tokenInput = document.getElementById("token");
+let metricsForbidden = false; // a token without admin on * may not read /metrics: no sparklines then
 
 // -- helpers -------------------------------------------------------------------------------
 
@@ -36,6 +42,8 @@ class ApiError extends Error {
 }
 
 async function api(method, path, { body, headers, text } = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers = { ...headers, Authorization: `Bearer ${token}` };
   const resp = await fetch(path, { method, body, headers });
   const raw = await resp.text();
   if (!resp.ok) {
@@ -53,6 +61,20 @@ async function api(method, path, { body, headers, text } = {}) {
 
 function showError(err) {
   errorBox.hidden = false;
+  if (err instanceof ApiError && err.status === 401) {
+    // mq runs with --auth-file: ask for a token (or a valid one) in the header's field.
+    const had = Boolean(sessionStorage.getItem(TOKEN_KEY));
+    tokenForm.hidden = false; // shown only where mq asks for a token
+    tokenForm.classList.add("needed");
+    errorBox.replaceChildren(
+      h("strong", {}, "401 "), h("code", { class: "code" }, err.code), ": ",
+      h("span", { id: "token-prompt" }, had
+        ? "the token in use is not valid: enter another in the token field above."
+        : "this mq needs a token: enter yours in the token field above."),
+    );
+    if (document.activeElement !== tokenInput) tokenInput.focus();
+    return;
+  }
   if (err instanceof ApiError) {
     errorBox.replaceChildren(
       h("strong", {}, `${err.status} `), h("code", { class: "code" }, err.code), `: ${err.message}`,
@@ -116,7 +138,15 @@ function card(label, value, cls) {
 
 // The send totals per queue from /metrics (Prometheus text), remembered for the sparklines.
 async function sampleSendRates() {
-  const { raw } = await api("GET", "/metrics", { text: true });
+  if (metricsForbidden) return;
+  let raw;
+  try {
+    ({ raw } = await api("GET", "/metrics", { text: true }));
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 403)) throw err;
+    metricsForbidden = true; // the page works without sparklines
+    return;
+  }
   const now = Date.now();
   for (const line of raw.split("\n")) {
     const m = line.match(/^mq_messages_sent_total\{queue="((?:[^"\\]|\\.)*)"\} ([0-9.e+]+)$/);
@@ -379,6 +409,22 @@ function route() {
   else if ((m = hash.match(/^#\/dlq\/([^/?]+)$/))) dlqPage(decodeURIComponent(m[1]));
   else listPage();
 }
+
+if (sessionStorage.getItem(TOKEN_KEY)) tokenForm.hidden = false;
+tokenForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = tokenInput.value.trim();
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  tokenInput.value = "";
+  tokenForm.classList.remove("needed");
+  metricsForbidden = false;
+  route();
+});
+document.getElementById("token-forget").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  metricsForbidden = false;
+  route();
+});
 
 window.addEventListener("hashchange", route);
 route();

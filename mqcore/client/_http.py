@@ -38,8 +38,7 @@ from mqcore.client._operations import Op, Request, Response
 from mqcore.client.api import DEFAULT_URL, AsyncQueueClient, QueueClient, documented_by
 from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import ConnectionFailed, MQError, error_from_json
-from mqcore.limits import DEFAULT_BATCH_MESSAGES
-from mqcore.protocol import DEFAULT_PEEK_LIMIT
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 

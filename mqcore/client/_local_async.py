@@ -24,8 +24,7 @@ from mqcore.client._local_waiters import Op, Sleep, Undoable
 from mqcore.client.api import AsyncQueueClient, documented_by
 from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import MQError
-from mqcore.limits import DEFAULT_BATCH_MESSAGES
-from mqcore.protocol import DEFAULT_PEEK_LIMIT
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
 from mqcore.service.plans import run_async
 
 __all__ = ["AsyncLocalClient"]

@@ -32,8 +32,9 @@ from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
 from mqcore.client.types import Message
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, check_queue_name, removed_name
+from mqcore.names import MessageId, QueueName, check_queue_name, is_fifo_queue, removed_entry_queue, removed_name
 from mqcore.protocol import LeasePolicy, Store, now_ms
+from mqcore.service import fifo
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
 from mqcore.service.handles import LeaseMemory
 from mqcore.service.plans import Blocking
@@ -58,9 +59,8 @@ def reap_message(store: Store, queue: QueueName, message_id: MessageId) -> None:
 
 def reap_queue(store: Store, queue: QueueName) -> None:
     """Unlink every ``remove/`` entry of ``queue`` (messages ``Q.ID`` and deleted directories ``Q.TOKEN.queue``)."""
-    prefix = f"{queue}."
     for name in store.scan_removed():
-        if name.startswith(prefix):
+        if removed_entry_queue(name) == queue:  # from the end: queue "a" never takes "a.fifo"'s entries
             try:
                 store.reap(name)
             except OSError as exc:
@@ -80,7 +80,14 @@ def as_client(cls: type[RecordT], record: object, **renamed: str) -> RecordT:
 
 def as_message(message: ReceivedMessage) -> Message:
     """The client's :class:`Message` for a message the store leased."""
-    return as_client(Message, message, visibility_deadline_ms="deadline_ms")
+    fields = {f.name for f in dataclasses.fields(Message)} - {"deduplication_id", "sequence_number"}
+    out = Message(
+        **{name: getattr(message, "deadline_ms" if name == "visibility_deadline_ms" else name) for name in fields}
+    )
+    if message.group_id is None:
+        return out
+    sequence = fifo.sequence_number(message.message_id)  # FIFO queues (docs/protocol.md 19)
+    return dataclasses.replace(out, deduplication_id=message.dedup_id, sequence_number=sequence)
 
 
 class Receiver:
@@ -192,4 +199,7 @@ class Receiver:
             messages = yield from self._waiting_op(request)
         else:
             messages = yield from self._attempt_op(request, request.attempt_id)
+        if messages and is_fifo_queue(name):  # group ids of messages re-let by an attempt id, from their files
+            leased = messages
+            messages = yield Blocking(lambda: fifo.with_fifo_ids(self.store, leased))
         return [as_message(m) for m in messages]

@@ -11,6 +11,7 @@ the calling thread and by ``AsyncLocalClient`` on its event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterable, Sequence
@@ -22,8 +23,9 @@ from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
 from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, QueueFull
 from mqcore.limits import MAX_BATCH_MESSAGES
-from mqcore.names import QueueName, check_queue_name
+from mqcore.names import QueueName, check_queue_name, is_fifo_queue
 from mqcore.protocol import SendEntry, Store
+from mqcore.service import fifo
 from mqcore.service.capacity import SendReservations, queue_full
 from mqcore.service.plans import Blocking
 from mqcore.service.requests import (
@@ -154,7 +156,7 @@ class Sender:
         """Check a single send: name, queue, then the message (:func:`mqcore.service.requests.send_entry`), size."""
         name = check_queue_name(queue)
         attrs = self.attributes(name)
-        entry = self._entry(message, attrs, "parameter")
+        entry = self._entry(name, message, attrs, "parameter")
         check_message_size(entry_size(entry), attrs)
         return name, entry
 
@@ -169,7 +171,11 @@ class Sender:
                     full: QueueFull = yield Blocking(lambda: self._queue_full(name))
                     raise full
             message_id: str = yield Blocking(
-                lambda: self.store.send(name, entry.body, entry.content_type, entry.attributes, entry.delay_ms)
+                lambda: (
+                    fifo.send_entry(self.store, name, entry)  # docs/protocol.md 19
+                    if is_fifo_queue(name)
+                    else self.store.send(name, entry.body, entry.content_type, entry.attributes, entry.delay_ms)
+                )
             )
             return message_id
         finally:
@@ -178,12 +184,18 @@ class Sender:
     # -- batches -----------------------------------------------------------------------------
 
     @staticmethod
-    def _entry(message: bytes | str | BatchEntry, attrs: QueueAttributes, delay_key: DetailKey = "field") -> SendEntry:
-        """One message checked as the HTTP API checks it (content type, attributes, delay)."""
+    def _entry(
+        queue: QueueName, message: bytes | str | BatchEntry, attrs: QueueAttributes, delay_key: DetailKey = "field"
+    ) -> SendEntry:
+        """One message checked as the HTTP API checks it (content type, attributes, delay, FIFO ids)."""
         if not isinstance(message, BatchEntry):
             message = BatchEntry(message)
         data, ctype = _encode_body(message.body, check_content_type(message.content_type))
-        return send_entry(data, ctype, message.attributes, message.delay_seconds, attrs, delay_key=delay_key)
+        entry = send_entry(data, ctype, message.attributes, message.delay_seconds, attrs, delay_key=delay_key)
+        if message.group_id is None and message.deduplication_id is None:
+            return entry
+        group, dedup = fifo.fifo_fields(queue, message.group_id, message.deduplication_id)  # FIFO queues
+        return dataclasses.replace(entry, group_id=group, dedup_id=dedup)
 
     def _prepare_chunk(self, queue: QueueName, chunk: Sequence[bytes | str | BatchEntry]) -> _Chunk:
         """Check one request's entries as ``POST /{queue}/messages/batch`` does (QueueNotFound for the whole)."""
@@ -191,7 +203,7 @@ class Sender:
         entries: list[SendEntry | MQError] = []
         for entry in chunk:
             try:
-                entries.append(self._entry(entry, attrs))
+                entries.append(self._entry(queue, entry, attrs))
             except MQError as exc:
                 entries.append(exc)
         valid = [e for e in entries if isinstance(e, SendEntry)]
@@ -205,7 +217,8 @@ class Sender:
         """Write and publish the admitted entries of ``chunk`` with one group commit; a result per entry."""
         refused = set(chunk.immediate[admitted:])
         chosen = [(i, e) for i, e in enumerate(chunk.entries) if isinstance(e, SendEntry) and i not in refused]
-        stored = self.store.send_batch(queue, [e for _, e in chosen]) if chosen else []
+        send = fifo.send_entries if is_fifo_queue(queue) else Store.send_batch  # FIFO: docs/protocol.md 19
+        stored = send(self.store, queue, [e for _, e in chosen]) if chosen else []
         by_entry: dict[int, str | MQError] = dict(zip([i for i, _ in chosen], stored, strict=True))
         full = self._queue_full(queue) if refused else None
         out: list[str | MQError] = []

@@ -30,9 +30,8 @@ from urllib.parse import quote
 from mqcore.attributes import MAX_WAIT_SECONDS
 from mqcore.client.types import JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
-from mqcore.limits import DEFAULT_BATCH_MESSAGES
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
 from mqcore.names import check_message_id, check_queue_name
-from mqcore.protocol import MAX_PEEK_LIMIT
 
 T = TypeVar("T")
 
@@ -147,6 +146,9 @@ def _message(queue: str, item: Mapping[str, Any]) -> Message:
         receive_count=item["receive_count"],
         first_receive_ms=item["first_receive_timestamp_ms"],
         visibility_deadline_ms=item["visibility_deadline_ms"],
+        group_id=item.get("group_id"),
+        deduplication_id=item.get("deduplication_id"),
+        sequence_number=item.get("sequence_number"),
     )
 
 
@@ -239,6 +241,10 @@ def _batch_item(entry: bytes | str | BatchEntry) -> dict[str, Any]:
         item["attributes"] = dict(entry.attributes)
     if entry.delay_seconds is not None:
         item["delay_seconds"] = entry.delay_seconds
+    if entry.group_id is not None:
+        item["group_id"] = entry.group_id
+    if entry.deduplication_id is not None:
+        item["deduplication_id"] = entry.deduplication_id
     return item
 
 

@@ -365,7 +365,7 @@ class QueueClient(Protocol):
         Args:
             queue: Queue name.
             after: Only messages with ids greater than this one (a page's ``next_after``).
-            limit: 1-1,000 messages per page (default :data:`mqcore.protocol.DEFAULT_PEEK_LIMIT`, 100).
+            limit: 1-1,000 messages per page (default :data:`mqcore.limits.DEFAULT_PEEK_LIMIT`, 100).
             partition: With ``partitions``: only messages of this partition (as a partitioned receive).
             partitions: Number of partitions, 1-1,000.
         Returns:

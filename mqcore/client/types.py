@@ -60,6 +60,11 @@ class Message(_Body):
         first_receive_ms: Time of the first receive, epoch milliseconds.
             SQS: ApproximateFirstReceiveTimestamp.
         visibility_deadline_ms: End of this receive's visibility timeout, epoch milliseconds.
+        group_id: On a FIFO queue, its message group. SQS: MessageGroupId. None elsewhere.
+        deduplication_id: On a FIFO queue, its deduplication id (given, or the body's SHA-256).
+            SQS: MessageDeduplicationId.
+        sequence_number: On a FIFO queue, its place in the queue's order (a 128-bit decimal).
+            SQS: SequenceNumber.
     """
 
     queue: str
@@ -72,6 +77,9 @@ class Message(_Body):
     receive_count: int = 1
     first_receive_ms: int = 0
     visibility_deadline_ms: int = 0
+    group_id: str | None = None
+    deduplication_id: str | None = None
+    sequence_number: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +137,16 @@ class BatchEntry:
         content_type: Its Content-Type (None = the default for the body's type).
         attributes: User message attributes (at most 10; SQS's name rules).
         delay_seconds: 0-900; None = the queue's ``delay_seconds``. SQS: DelaySeconds.
+        group_id: The message group, required on a FIFO queue (a name ending ``.fifo``), refused
+            elsewhere. SQS: MessageGroupId.
+        deduplication_id: On a FIFO queue: a send with the id of one sent in the last 5 minutes is
+            not stored again (its id is returned); None = the body's SHA-256 if the queue has
+            ``content_based_deduplication``. SQS: MessageDeduplicationId.
     """
 
     body: bytes | str
     content_type: str | None = None
     attributes: Mapping[str, str] | None = None
     delay_seconds: int | None = None
+    group_id: str | None = None
+    deduplication_id: str | None = None

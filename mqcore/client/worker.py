@@ -55,8 +55,8 @@ from mqcore.errors import (
     QueueNotFound,
     StaleReceiptHandle,
 )
+from mqcore.limits import MAX_PEEK_LIMIT
 from mqcore.names import MAX_PARTITIONS
-from mqcore.protocol import MAX_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 

@@ -209,7 +209,7 @@ def delete_handles(client: QueueClient, queue: str, handles: list[str]) -> int:
 
 def scan_queue(client: QueueClient, queue: str) -> list[PeekedMessage]:
     """Every message of ``queue`` now (ready, in flight, delayed), oldest first, read with peek."""
-    from mqcore.protocol import MAX_PEEK_LIMIT  # imported by the client already: free here, not at --help
+    from mqcore.limits import MAX_PEEK_LIMIT
 
     return list(client.iter_peek(queue, page_size=MAX_PEEK_LIMIT))
 
@@ -364,7 +364,7 @@ def dead_letters(opts: ClientOptions, queue: str, limit: int, as_json: bool, sel
             raise CtlError("no_dead_letter_queue", f"queue {queue} has no dead_letter_queue attribute", EXIT_NOINPUT)
         source, wanted = dlq, queue
     printed = 0
-    from mqcore.protocol import MAX_PEEK_LIMIT  # imported by the client already: free here, not at --help
+    from mqcore.limits import MAX_PEEK_LIMIT
 
     for message in client.iter_peek(source, page_size=min(MAX_PEEK_LIMIT, max(limit, 100))):
         if wanted is not None and message.source_queue != wanted:

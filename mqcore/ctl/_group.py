@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from mqcore.auth import ACTIONS, entry_toml
+from mqcore.auth import ACTIONS, access_key_toml, entry_toml
 from mqcore.client.api import DEFAULT_URL
 from mqcore.client.types import TEXT_CONTENT_TYPE
 from mqcore.ctl._output import setup_logging
@@ -250,3 +250,22 @@ def auth_hash(name: str, queues_: tuple[str, ...], actions: tuple[str, ...], tok
     if not token_stdin:
         click.echo(f"token (give it to the client; mq stores only its hash): {token}", err=True)
     click.echo(entry_toml(name, token, list(queues_) or ["*"], list(actions) or list(ACTIONS)), nl=False)
+
+
+@auth.command("key")
+@click.option("--name", default="sqs-client", show_default=True, help="Entry name (logged by mq; never the secret).")
+@click.option("--queue", "queues_", multiple=True, help="Queue glob it may use (repeatable; default *).")
+@click.option(
+    "--action", "actions", multiple=True, type=click.Choice(ACTIONS), help="Action (repeatable; default: all)."
+)
+def auth_key(name: str, queues_: tuple[str, ...], actions: tuple[str, ...]) -> None:
+    """Print an [[access_keys]] entry (stdout) with a new random SQS access key id and secret key.
+
+    SigV4 needs the secret itself, so the entry holds it in clear: keep the auth file mode 0600
+    (or 0640 root:mq; mq refuses a file others can read). Give the client the two values as
+    aws_access_key_id / aws_secret_access_key, append the entry and send mq SIGHUP.
+    """
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    key_id = "MQ" + "".join(secrets.choice(alphabet) for _ in range(18))
+    secret = secrets.token_urlsafe(30)  # 40 characters, as AWS's
+    click.echo(access_key_toml(name, key_id, secret, list(queues_) or ["*"], list(actions) or list(ACTIONS)), nl=False)

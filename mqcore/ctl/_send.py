@@ -44,6 +44,10 @@ from mqcore.limits import DEFAULT_BATCH_MESSAGES
     help="Progress bar on stderr for --file [default: when stderr is a terminal].",
 )
 @click.option("--ids", is_flag=True, help="With --file: print each message id on stdout, in line order.")
+@click.option("--group-id", default=None, help="FIFO queues (names ending .fifo): the message group (required there).")
+@click.option(
+    "--dedup-id", default=None, help="FIFO queues: the deduplication id of BODY [default: content-based, if enabled]."
+)
 @pass_options
 def send(
     opts: ClientOptions,
@@ -55,6 +59,8 @@ def send(
     attrs: tuple[str, ...],
     progress: bool | None,
     ids: bool,
+    group_id: str | None,
+    dedup_id: str | None,
 ) -> int:
     """Send a message to QUEUE and print its message id.
 
@@ -65,16 +71,25 @@ def send(
     if path is not None:
         if body is not None:
             raise click.UsageError("give either BODY or --file, not both")
-        return send_lines(opts, queue, path, content_type, delay_seconds, attributes, progress, ids)
+        if dedup_id is not None:
+            raise click.UsageError("--dedup-id is for one message: --file lines are deduplicated by content")
+        return send_lines(opts, queue, path, content_type, delay_seconds, attributes, progress, ids, group_id)
     if body is None or body == "-":
         data = read_stdin()
         payload: bytes | str = data
         content_type = content_type or default_content_type(data)
     else:
         payload = body
-    message_id = opts.client().send(
-        queue, payload, content_type=content_type, attributes=attributes, delay_seconds=delay_seconds
-    )
+    if group_id is not None or dedup_id is not None:  # FIFO queues: the ids travel in a batch entry
+        entry = BatchEntry(payload, content_type, attributes, delay_seconds, group_id, dedup_id)
+        result = opts.client().send_batch(queue, [entry])[0]
+        if isinstance(result, MQError):
+            raise result
+        message_id = result
+    else:
+        message_id = opts.client().send(
+            queue, payload, content_type=content_type, attributes=attributes, delay_seconds=delay_seconds
+        )
     write_line(message_id)
     return EXIT_OK
 
@@ -173,6 +188,7 @@ def send_lines(
     attributes: dict[str, str] | None,
     progress: bool | None,
     print_ids: bool,
+    group_id: str | None = None,
 ) -> int:
     """Send each line of ``path`` as one message, in batches of :data:`DEFAULT_BATCH_MESSAGES`, in line order.
 
@@ -200,6 +216,7 @@ def send_lines(
                         content_type=content_type or default_content_type(line),
                         attributes=attributes,
                         delay_seconds=delay_seconds,
+                        group_id=group_id,
                     )
                     for line in chunk
                 ]

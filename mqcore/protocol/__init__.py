@@ -25,12 +25,13 @@ The package is split by concern; :class:`Store` joins the parts:
 
 from __future__ import annotations
 
+from mqcore.limits import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
 from mqcore.protocol._base import Clock, now_ms
 from mqcore.protocol._fs import STORAGE_ERRNOS, STORAGE_HOOKS, DirSyncer, StorageHooks
 from mqcore.protocol.attempts import Attempts
 from mqcore.protocol.delete import Deletes
 from mqcore.protocol.handles import Handles
-from mqcore.protocol.peek import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, Peeking
+from mqcore.protocol.peek import PeekedFile, Peeking
 from mqcore.protocol.policy import LeasePolicy, iter_due
 from mqcore.protocol.redelivery import Redelivery
 from mqcore.protocol.redrive import Redrives

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mqcore import model
+from mqcore.limits import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
 from mqcore.names import (
     MAX_PARTITIONS,
     MessageId,
@@ -18,11 +19,6 @@ from mqcore.names import (
 )
 from mqcore.protocol._fs import listdir, storage_error
 from mqcore.protocol.queues import Queues
-
-#: Most messages one :meth:`Store.peek` returns.
-MAX_PEEK_LIMIT = 1000
-#: Messages a peek returns when no limit is given.
-DEFAULT_PEEK_LIMIT = 100
 
 #: Where a message of a queue is: message id -> (path, receive count, ``delay/`` deadline or None when ready).
 _Located = dict[str, tuple[str, int, int | None]]

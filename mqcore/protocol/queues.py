@@ -10,7 +10,7 @@ import shutil
 import uuid
 from typing import Any
 
-from mqcore.attributes import QueueAttributes, check_changes, effective
+from mqcore.attributes import QueueAttributes, check_changes, check_queue_kind, effective
 from mqcore.errors import InvalidAttribute, MQError, QueueNameExists, QueueNotFound, StorageUnavailable
 from mqcore.names import (
     REMOVED_QUEUE_SUFFIX,
@@ -62,6 +62,7 @@ class Queues(StoreBase):
         """
         path = self.layout.queue_dir(queue)
         explicit = {k: v for k, v in check_changes(attributes or {}).items() if v is not None}
+        check_queue_kind(queue, explicit)
         if os.path.isdir(path):
             self._check_same_attributes(queue, explicit, defaults)
             # Its creator may have died before its fsync of queues/: sync again.
@@ -193,6 +194,7 @@ class Queues(StoreBase):
             StorageUnavailable: The change could not be made durable.
         """
         checked = check_changes(changes)
+        check_queue_kind(queue, checked)
         self._check_dead_letter_queue(queue, checked.get("dead_letter_queue"))
         meta = self.queue_meta(queue)
         explicit = dict(meta.get("attributes") or {})

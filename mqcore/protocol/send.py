@@ -35,6 +35,8 @@ class SendEntry:
         attributes: User message attributes (name -> string), already checked.
         delay_ms: Delay before it becomes visible, in ms (0 = ready at once).
         attribute_types: SQS DataType of attributes that are not plain ``String`` (section 15.13), or None.
+        group_id: MessageGroupId, for a FIFO queue (section 19; required there, ignored elsewhere).
+        dedup_id: MessageDeduplicationId, for a FIFO queue (None: content-based, if the queue allows it).
     """
 
     body: bytes
@@ -42,6 +44,8 @@ class SendEntry:
     attributes: dict[str, str] | None = None
     delay_ms: int = 0
     attribute_types: dict[str, str] | None = None
+    group_id: str | None = None
+    dedup_id: str | None = None
 
 
 class Sending(Queues):

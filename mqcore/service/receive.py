@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from mqcore.attributes import QueueAttributes
 from mqcore.errors import MQError
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, parse_in_flight_name, partition_of
+from mqcore.names import MessageId, QueueName, is_fifo_queue, parse_in_flight_name, partition_of
 from mqcore.protocol import LeasePolicy, Store
 
 logger = logging.getLogger("mq.service")
@@ -51,11 +51,14 @@ class LeaseOutcome:
         messages: The messages leased, in the order tried.
         error: The storage error that stopped it, or None.
         untried: The names not tried (after the error, or beyond ``wanted``): still ready.
+        held: Names of a FIFO queue not tried because their message group is in flight
+            (:mod:`mqcore.service.fifo`): still ready, but not for this receive.
     """
 
     messages: list[ReceivedMessage] = field(default_factory=list)
     error: MQError | None = None
     untried: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
 
     def check(self, queue: QueueName, leased_before: int = 0) -> None:
         """The receive's error rule: an error with nothing leased is raised; after some leases it is logged.
@@ -94,6 +97,10 @@ def lease_names(
         policy: The queue's :func:`lease_policy`.
         wanted: Stop once this many are leased (None = try every name).
     """
+    if is_fifo_queue(queue):  # message groups (docs/protocol.md 19.3); a string test for other queues
+        from mqcore.service.fifo import lease_in_group_order
+
+        return lease_in_group_order(store, queue, names, visibility_timeout_ms, policy, wanted)
     out = LeaseOutcome()
     pending = list(names)
     for i, name in enumerate(pending):

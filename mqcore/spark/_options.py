@@ -18,9 +18,8 @@ from typing import Literal
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS
 from mqcore.client import DEFAULT_URL, QueueClient, connect
 from mqcore.client.types import TEXT_CONTENT_TYPE
-from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES, MAX_PEEK_LIMIT
 from mqcore.names import MAX_PARTITIONS
-from mqcore.protocol import MAX_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 

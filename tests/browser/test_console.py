@@ -42,6 +42,17 @@ def send(base: str, queue: str, body: bytes) -> None:
         assert resp.status == 201
 
 
+def new_page(chromium: Any) -> tuple[Any, list[str], list[str]]:
+    """A 1280x800 page, and the lists its JavaScript errors and console errors are appended to."""
+    page = chromium.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(TIMEOUT_MS)
+    js_errors: list[str] = []
+    console_errors: list[str] = []
+    page.on("pageerror", lambda exc: js_errors.append(str(exc)))
+    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+    return page, js_errors, console_errors
+
+
 @pytest.fixture
 def live_stack(tmp_path: Path, daemons: Any) -> Any:
     """mq + mq-mover + mq-reaper on a fresh root (the browser is the client)."""
@@ -53,16 +64,12 @@ def test_console_walkthrough(chromium: Any, live_stack: Any, tmp_path: Path) -> 
     from playwright.sync_api import expect
 
     base = live_stack.url
-    page = chromium.new_page(viewport={"width": 1280, "height": 800})
-    page.set_default_timeout(TIMEOUT_MS)
-    js_errors: list[str] = []
-    console_errors: list[str] = []
-    page.on("pageerror", lambda exc: js_errors.append(str(exc)))
-    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+    page, js_errors, console_errors = new_page(chromium)
 
     # The queue list: create two queues through the form.
     page.goto(base + "/ui")
     expect(page.locator("h1")).to_have_text("Queues")
+    expect(page.locator("#token-form")).to_be_hidden()  # no --auth-file: no token asked for
     for name in ("orders-dlq", "orders"):
         page.fill("#new-queue", name)
         page.click("#create-form button")
@@ -149,4 +156,73 @@ def test_console_walkthrough(chromium: Any, live_stack: Any, tmp_path: Path) -> 
 
     assert js_errors == []
     assert console_errors == []
+    page.close()
+
+
+def test_console_sends_its_token(chromium: Any, daemons: Any, tmp_path: Path) -> None:
+    """With --auth-file: a 401 asks for the token, which then goes with every call (sessionStorage, this tab)."""
+    from playwright.sync_api import expect
+
+    from mqcore.auth import hash_token
+
+    def entry(name: str, token: str, queues: list[str], actions: list[str]) -> str:  # cheap scrypt for a test
+        return (f'[[tokens]]\nname = "{name}"\nhash = "{hash_token(token, n=1024)}"\n'
+                f"queues = {json.dumps(queues)}\nactions = {json.dumps(actions)}\n")  # fmt: skip
+
+    auth = tmp_path / "auth.toml"
+    auth.write_text(
+        entry("admin", "console-admin-token", ["*"], ["send", "receive", "admin"])
+        + entry("orders", "console-orders-token", ["orders-*"], ["send", "receive"])
+    )
+    mq = daemons.start("mq", "--root", tmp_path / "root", "--port", "0", "--auth-file", auth)
+    page, js_errors, console_errors = new_page(chromium)
+
+    page.goto(mq.url + "/ui")
+    expect(page.locator("#token-prompt")).to_contain_text("this mq needs a token")
+    expect(page.locator("#token-form")).to_be_visible()  # hidden where mq asks for none
+    expect(page.locator("#token")).to_be_focused()
+    page.fill("#token", "not-the-token")
+    page.click("#token-form button[type=submit]")
+    expect(page.locator("#token-prompt")).to_contain_text("the token in use is not valid")
+
+    page.fill("#token", "console-admin-token")
+    page.click("#token-form button[type=submit]")
+    expect(page.locator("#count")).to_have_text("0 queue(s)")
+    expect(page.locator("#error")).to_be_hidden()
+    assert page.locator("#token").input_value() == ""  # not left in the field
+    for name in ("orders-eu", "billing"):
+        page.fill("#new-queue", name)
+        page.click("#create-form button")
+        expect(page.locator(f'tr[data-queue="{name}"]')).to_be_visible()
+    page.reload()  # the token stays for the tab's life
+    expect(page.locator("#queues tbody tr")).to_have_count(2)
+
+    # A narrower token: only its queues, a refused action shown as 403, no sparklines (no /metrics).
+    page.fill("#token", "console-orders-token")
+    page.click("#token-form button[type=submit]")
+    expect(page.locator("#queues tbody tr")).to_have_count(1)
+    expect(page.locator('tr[data-queue="orders-eu"] .ready')).to_have_text("0")
+    page.fill("#new-queue", "orders-new")
+    page.click("#create-form button")
+    expect(page.locator("#error .code")).to_have_text("forbidden")
+    expect(page.locator("#error")).to_contain_text("403")
+    page.goto(mq.url + "/ui#/queue/orders-eu")
+    page.fill("#send-body", "sent with a token")
+    page.click("#send-form button[type=submit]")
+    expect(page.locator("#notice")).to_contain_text("Sent message")
+    expect(page.locator("#stats .ready .n")).to_have_text("1")
+
+    # Another tab (a new browser context) does not have it; Forget removes it from this one.
+    other = chromium.new_page()
+    other.goto(mq.url + "/ui")
+    expect(other.locator("#token-prompt")).to_contain_text("this mq needs a token")
+    other.close()
+    page.click("#token-forget")
+    expect(page.locator("#token-prompt")).to_contain_text("this mq needs a token")
+    assert page.evaluate("sessionStorage.getItem('mq-token')") is None
+
+    assert js_errors == []
+    # Chromium logs each refused fetch: only 401s and 403s, no other error.
+    assert all("401" in e or "403" in e for e in console_errors), console_errors
+    assert "console-admin-token" not in mq.log and "console-orders-token" not in mq.log
     page.close()

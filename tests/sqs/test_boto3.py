@@ -354,8 +354,9 @@ def test_delay_purge_and_errors(sqs: Any, queue: str, stack: Any) -> None:
     assert error_code(info.value) == "InvalidParameterValue"
     with pytest.raises(sqs.exceptions.UnsupportedOperation):
         sqs.add_permission(QueueUrl=queue, Label="l", AWSAccountIds=["1"], Actions=["SendMessage"])
-    with pytest.raises(sqs.exceptions.UnsupportedOperation):
-        sqs.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})
+    with pytest.raises(ClientError) as info:  # a .fifo name is a FIFO queue: FifoQueue=true is required (SQS)
+        sqs.create_queue(QueueName="jobs.fifo")
+    assert error_code(info.value) == "InvalidParameterValue"
 
     # An unknown action, sent by hand: SQS's JSON error shape, never a 500.
     request = urllib.request.Request(

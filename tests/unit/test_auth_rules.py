@@ -9,8 +9,9 @@ import pytest
 from daemons import _auth, _listen
 from daemons._broker import Broker
 from daemons._settings import Settings
+from daemons._sqs import ACTIONS as SQS_HANDLERS
 from daemons.front import make_app
-from mqcore.auth import ACTIONS, ANY_ACTION, Grant, hash_token, load_auth_file, verify
+from mqcore.auth import ACTIONS, ANY_ACTION, LIST, SQS_ACTIONS, Grant, hash_token, load_auth, load_auth_file, verify
 from mqcore.errors import ConfigError
 
 
@@ -19,7 +20,7 @@ def test_every_served_route_is_classified(tmp_path: Path) -> None:
     for route in app.router.routes():
         canonical = route.resource.canonical if route.resource is not None else ""
         needed = _auth.requirement(route.method, canonical)  # KeyError = a route the auth table forgot
-        assert needed in {_auth.OPEN, _auth.ANY_TOKEN, ANY_ACTION, *ACTIONS}, (route.method, canonical)
+        assert needed in {_auth.OPEN, _auth.ANY_TOKEN, _auth.SQS, ANY_ACTION, *ACTIONS}, (route.method, canonical)
 
 
 def test_grant_globs_and_actions() -> None:
@@ -71,6 +72,53 @@ def test_duplicate_names_are_refused(tmp_path: Path) -> None:
     path.write_text(entry + entry)
     with pytest.raises(ConfigError, match="unique"):
         load_auth_file(str(path))
+
+
+def test_every_sqs_action_is_classified() -> None:
+    assert set(SQS_HANDLERS) <= set(SQS_ACTIONS), set(SQS_HANDLERS) - set(SQS_ACTIONS)
+    assert set(SQS_ACTIONS.values()) <= {*ACTIONS, ANY_ACTION, LIST}
+
+
+KEY = (
+    "[[access_keys]]\nname = 'k'\naccess_key = 'AKIDK'\nsecret_key = 'sixteen-chars-ok'\n"
+    "queues = ['q-*']\nactions = ['send']\n"
+)
+
+
+def test_access_keys_carry_grants_and_need_a_private_file(tmp_path: Path) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text(KEY)
+    path.chmod(0o640)
+    key = load_auth(str(path)).access_keys["AKIDK"]
+    assert key.grant == Grant("k", ("q-*",), frozenset({"send"})) and key.secret_key == "sixteen-chars-ok"
+    assert "sixteen" not in repr(key)  # never printed by accident
+    for mode in (0o644, 0o604, 0o660):
+        path.chmod(mode)
+        with pytest.raises(ConfigError, match="chmod 0600"):
+            load_auth(str(path))
+    path.write_text(f'[[tokens]]\nname = "t"\nhash = "{hash_token("t", n=1024)}"\nqueues = ["*"]\nactions = ["send"]\n')
+    path.chmod(0o644)  # hashes only: readable as before
+    assert len(load_auth(str(path)).entries) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        KEY.replace("'AKIDK'", "'AK/ID'"),
+        KEY.replace("'sixteen-chars-ok'", "'short'"),
+        KEY + KEY.replace("name = 'k'", "name = 'k2'"),  # the same key id twice
+        KEY + KEY,  # the same name twice
+        KEY.replace("access_key = 'AKIDK'\n", ""),
+        KEY + "hash = 'x'\n",
+        "access_keys = 1",
+    ],
+)
+def test_a_bad_access_key_is_a_config_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text(text)
+    path.chmod(0o600)
+    with pytest.raises(ConfigError):
+        load_auth(str(path))
 
 
 @pytest.mark.parametrize(

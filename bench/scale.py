@@ -1,0 +1,412 @@
+"""The scale steps of issue 12 ("Scale: how cost grows as the work grows").
+
+Each is a method of :class:`Scale`, run by ``bench/run.py`` (``--steps``):
+
+- ``startup``: a queue of ``--startup-messages`` (default 1,000,000) ready
+  messages, written with :mod:`bench.prefill` while the daemons are stopped;
+  then mq is started and the time from its spawn to its readiness line and to
+  its first served receive is measured, with mq's resident memory before and
+  after that receive (the ready index), then mq-mover's and mq-reaper's start.
+- ``queues``: ``GET /`` and a receive on a random queue with 10 queues of 10
+  messages, then with ``--scale-queues`` (default 10,000), and mq's memory per
+  queue.
+- ``longpoll``: ``--longpoll-receivers`` (default 1,000) concurrent long polls
+  on ``--longpoll-queues`` (default 100) queues from one asyncio/aiohttp client
+  (wrk cannot long-poll): mq's CPU while they all wait, then the delay from
+  the start of a send to its arrival at a waiting receiver.
+- ``large``: sends of 64 KiB and 1 MiB bodies against the disk loop's MB/s at
+  the same size and concurrency.
+
+The drain of a 1,000,000-message queue is the ``drain`` step of run.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+import urllib.parse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from bench.disk_loop import disk_loop
+from bench.prefill import fill
+
+if TYPE_CHECKING:
+    from bench.run import Bench
+
+#: Queue of the start-up step; the drain step drains it when the sizes match.
+BIG_QUEUE = "bench-big"
+
+
+def _pcts_ms(seconds: list[float]) -> dict[str, float | int | None]:
+    """count, p50, p90, p99, max (ms) of a list of durations in seconds."""
+    if not seconds:
+        return {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    xs = sorted(seconds)
+
+    def at(p: float) -> float:
+        return round(xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] * 1000, 3)
+
+    return {"count": len(xs), "p50": at(50), "p90": at(90), "p99": at(99), "max": round(xs[-1] * 1000, 3)}
+
+
+class Scale:
+    """The scale steps over one running bench (its API client, wrk, daemons and knobs).
+
+    Args:
+        bench: The run's :class:`bench.run.Bench` (``api``, ``wrk``, ``daemons``, ``cfg``).
+        mq_root: The mq root directory (for the direct prefill).
+        disk_dir: Working directory of the disk loops (same filesystem).
+        opts: The parsed command line of run.py (the ``--startup-*``, ``--scale-*``,
+            ``--longpoll-*`` and ``--large-*`` flags).
+    """
+
+    def __init__(self, bench: Bench, mq_root: Path, disk_dir: Path, opts: Any) -> None:
+        self.bench, self.mq_root, self.disk_dir, self.opts = bench, mq_root, disk_dir, opts
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _log(self, msg: str) -> None:
+        from bench.run import log
+
+        log(msg)
+
+    def _mq_rss(self) -> int | None:
+        from bench.run import rss_bytes
+
+        d = self.bench.daemons
+        return rss_bytes(d.procs["mq"].pid) if d is not None and "mq" in d.procs else None
+
+    def _timed(self, method: str, path: str, body: bytes | None = None) -> tuple[float, int, dict[str, str], bytes]:
+        t0 = time.perf_counter()
+        status, headers, data = self.bench.api.request(method, path, body)
+        return time.perf_counter() - t0, status, headers, data
+
+    def _receive_delete(self, queue: str) -> tuple[float, int]:
+        """One short-poll receive on ``queue`` (timed) and the delete of what it got (not timed)."""
+        took, status, headers, data = self._timed("GET", f"/{queue}/messages")
+        if status == 200:
+            mid = headers.get("x-message-id", "")
+            self.bench.api.request("DELETE", f"/{queue}/messages/{urllib.parse.quote(mid)}")
+        elif status != 204:
+            raise RuntimeError(f"GET /{queue}/messages answered {status}: {data[:200]!r}")
+        return took, status
+
+    # -- start-up with a million ready messages --------------------------------------
+
+    def _start_mq(self, port: int) -> None:
+        """Start mq alone on ``port`` and point the bench's API client and wrk at it."""
+        daemons = self.bench.daemons
+        if daemons is None:
+            raise RuntimeError("mq can only be restarted when the bench started it")
+        url = daemons.start_mq(port)
+        self.bench.api.close()
+        self.bench.api.port = int(urllib.parse.urlsplit(url).port or port)
+        self.bench.wrk.url = url.rstrip("/")
+
+    def startup(self) -> dict[str, Any]:
+        """Restart the daemons on a root holding ``--startup-messages`` ready messages; time the first receive.
+
+        Needs the bench's own server (it stops and starts the daemons). mq is
+        first restarted with the queue empty and received from once (204):
+        its RSS then is the baseline, so the memory per message is what the
+        ready messages add, wherever mq builds its index (at start or at the
+        first receive).
+        """
+        daemons = self.bench.daemons
+        if daemons is None:
+            return {"skipped": "needs the bench's own server (not --url)"}
+        n = self.opts.startup_messages
+        port = int(urllib.parse.urlsplit(daemons.url).port or 0)
+        self.bench.api.create_queue(BIG_QUEUE)
+        self._log("startup: restarting mq with the queue empty (memory baseline)")
+        daemons.stop()
+        self._start_mq(port)
+        base_ready_s = daemons.start_s["mq"]
+        _, base_status = self._receive_delete(BIG_QUEUE)
+        rss_base = self._mq_rss()
+        daemons.stop()
+        qdir = self.mq_root / "queues" / BIG_QUEUE
+        have = sum(1 for name in os.listdir(qdir) if not name.startswith("."))
+        missing = max(0, n - have)
+        self._log(f"startup: writing {missing:,} ready messages into {BIG_QUEUE} (direct, no HTTP)")
+        filled = fill(self.mq_root, [(BIG_QUEUE, missing)])
+        self._log(f"  {filled['messages']:,} in {filled['write_s']} s + sync {filled['sync_s']} s")
+        cold = False
+        if self.opts.cold_start:
+            try:
+                Path("/proc/sys/vm/drop_caches").write_text("3\n")
+                cold = True
+            except OSError as exc:
+                self._log(f"  cannot drop the page cache ({exc}): warm start")
+        self._log("startup: starting mq")
+        self._start_mq(port)
+        t_spawn, ready_s = daemons.spawned_at["mq"], daemons.start_s["mq"]
+        rss_ready = self._mq_rss()
+        # A slow first receive must not time out and be retried: it is the figure.
+        self.bench.api.timeout_s = 600
+        try:
+            took, status = self._receive_delete(BIG_QUEUE)
+        finally:
+            self.bench.api.timeout_s = 60
+        first_receive_s = time.monotonic() - t_spawn
+        rss_after = self._mq_rss()
+        self._log(f"  mq ready after {ready_s} s; first receive answered {status} after {first_receive_s:.2f} s")
+        daemons.start_helpers()
+        depth = self.bench.api.depth(BIG_QUEUE)
+        per_msg = (rss_after - rss_base) / depth if rss_after and rss_base and depth else None
+        res = {
+            "ready_messages": depth,
+            "prefill": filled,
+            "page_cache": "dropped before the start (--cold-start)" if cold else "warm (files just written)",
+            "mq_ready_s": ready_s,
+            "mq_first_receive_s": round(first_receive_s, 3),
+            "first_receive_request_ms": round(took * 1000, 1),
+            "first_receive_status": status,
+            "mover_ready_s": daemons.start_s.get("mq-mover"),
+            "reaper_ready_s": daemons.start_s.get("mq-reaper"),
+            "baseline_mq_ready_s": base_ready_s,
+            "baseline_receive_status": base_status,
+            "mq_rss_bytes_baseline": rss_base,
+            "mq_rss_bytes_at_ready": rss_ready,
+            "mq_rss_bytes_after_first_receive": rss_after,
+            "mq_rss_bytes_per_ready_message": round(per_msg, 1) if per_msg is not None else None,
+            "note": "times from mq's spawn; memory per message = (RSS after the first receive - RSS of mq "
+            "restarted on the same root with the queue empty, after one receive) / ready messages",
+        }
+        self._log(
+            f"  mq-mover ready after {res['mover_ready_s']} s, mq-reaper after {res['reaper_ready_s']} s; "
+            f"mq RSS {per_msg or 0:.0f} bytes per ready message"
+        )
+        return res
+
+    # -- many queues ----------------------------------------------------------------
+
+    def _queue_round(self, queues: list[str], samples: int) -> dict[str, Any]:
+        """``samples`` timed ``GET /`` and receives on random queues (each receive's message deleted and resent)."""
+        rng = random.Random(12)
+        body = os.urandom(1024)
+        lists, receives = [], []
+        for _ in range(samples):
+            took, status, _, data = self._timed("GET", "/")
+            if status != 200:
+                raise RuntimeError(f"GET / answered {status}: {data[:200]!r}")
+            lists.append(took)
+            queue = rng.choice(queues)
+            took, status = self._receive_delete(queue)
+            receives.append(took)
+            if status == 200:
+                self.bench.api.send(queue, body)
+        return {"queues": len(queues), "list_ms": _pcts_ms(lists), "receive_ms": _pcts_ms(receives)}
+
+    def queues(self) -> dict[str, Any]:
+        """``GET /`` and a receive with 10 queues, then with ``--scale-queues``; memory per queue."""
+        many, per, samples = self.opts.scale_queues, self.opts.scale_queue_messages, self.opts.scale_samples
+        names = [f"bench-scale-{i:05d}" for i in range(many)]
+        few = names[:10]
+        self._log(f"queues: 10 queues of {per} messages")
+        first = fill(self.mq_root, [(q, per) for q in few])
+        self._warm(few)
+        rss_few = self._mq_rss()
+        small = self._queue_round(few, samples)
+        self._log(f"  GET / p50 {small['list_ms']['p50']} ms, receive p50 {small['receive_ms']['p50']} ms")
+        self._log(f"queues: {many:,} queues of {per} messages (direct prefill)")
+        rest = fill(self.mq_root, [(q, per) for q in names[10:]])
+        rss_created = self._mq_rss()
+        self._log(f"  written in {rest['write_s']} s; one receive on every queue so mq knows them all")
+        t0 = time.monotonic()
+        self._warm(names)
+        warm_s = time.monotonic() - t0
+        rss_all = self._mq_rss()
+        big = self._queue_round(names, samples)
+        self._log(f"  GET / p50 {big['list_ms']['p50']} ms, receive p50 {big['receive_ms']['p50']} ms")
+        per_queue = (rss_all - rss_few) / (many - 10) if rss_all and rss_few and many > 10 else None
+        res: dict[str, Any] = {
+            "messages_per_queue": per,
+            "samples": samples,
+            "few": small,
+            "many": big,
+            "list_many_over_few_p50": _ratio(big["list_ms"]["p50"], small["list_ms"]["p50"]),
+            "receive_many_over_few_p50": _ratio(big["receive_ms"]["p50"], small["receive_ms"]["p50"]),
+            "first_receive_on_every_queue_s": round(warm_s, 1),
+            "mq_rss_bytes_few": rss_few,
+            "mq_rss_bytes_many_created": rss_created,
+            "mq_rss_bytes_many_after_receives": rss_all,
+            "mq_rss_bytes_per_queue": round(per_queue, 1) if per_queue is not None else None,
+            "prefill": {"few": first, "many": rest},
+            "note": "each receive is a short poll on a random queue, its message deleted and sent again (not "
+            "timed) so every queue keeps its depth; memory per queue = (RSS after a receive on every queue - "
+            "RSS with 10 queues) / the added queues",
+        }
+        self._log("  deleting the scale queues")
+        for q in names:
+            self.bench.api.delete_queue(q)
+        return res
+
+    def _warm(self, queues: list[str]) -> None:
+        """One receive (and delete, and resend) on every queue, so mq has indexed each."""
+        body = os.urandom(1024)
+        for q in queues:
+            _, status = self._receive_delete(q)
+            if status == 200:
+                self.bench.api.send(q, body)
+
+    # -- long polls -------------------------------------------------------------------
+
+    def longpoll(self) -> dict[str, Any]:
+        """Idle CPU with ``--longpoll-receivers`` waiting receivers, then send->arrival latency at p99."""
+        return asyncio.run(self._longpoll())
+
+    async def _longpoll(self) -> dict[str, Any]:
+        receivers, nq, sends = self.opts.longpoll_receivers, self.opts.longpoll_queues, self.opts.longpoll_messages
+        queues = [f"bench-lp-{i:03d}" for i in range(nq)]
+        for q in queues:
+            self.bench.api.create_queue(q)
+        base = f"http://{self.bench.api.host}:{self.bench.api.port}"
+        arrivals: dict[str, float] = {}
+        arrived = asyncio.Condition()
+        counts = {"polls": 0, "empty": 0, "received": 0, "busy": 0, "errors": 0, "waiting": 0}
+        stop = asyncio.Event()
+        all_waiting = asyncio.Event()
+        timeout = aiohttp.ClientTimeout(total=60)
+
+        async def receiver(session: aiohttp.ClientSession, queue: str) -> None:
+            url = f"{base}/{queue}/messages?wait_time_seconds=20"
+            while not stop.is_set():
+                counts["polls"] += 1
+                counts["waiting"] += 1
+                if counts["waiting"] >= receivers:
+                    all_waiting.set()
+                try:
+                    async with session.get(url) as resp:
+                        data = await resp.read()
+                        now = time.perf_counter()
+                        status, mid = resp.status, resp.headers.get("X-Message-Id", "")
+                except (TimeoutError, aiohttp.ClientError):
+                    counts["errors"] += 1
+                    await asyncio.sleep(0.5)
+                    continue
+                finally:
+                    counts["waiting"] -= 1
+                if status == 200:
+                    counts["received"] += 1
+                    async with arrived:
+                        arrivals[data.decode()] = now
+                        arrived.notify_all()
+                    async with session.delete(f"{base}/{queue}/messages/{mid}") as resp:
+                        await resp.read()
+                elif status == 204:
+                    counts["empty"] += 1
+                elif status == 503:
+                    counts["busy"] += 1
+                    await asyncio.sleep(1)
+                else:
+                    counts["errors"] += 1
+                    await asyncio.sleep(0.5)
+
+        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            tasks = [asyncio.create_task(receiver(session, queues[i % nq])) for i in range(receivers)]
+            self._log(f"longpoll: {receivers:,} receivers on {nq} queues; letting them settle")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(all_waiting.wait(), 30)
+            await asyncio.sleep(2.0)  # the last requests reach mq and start waiting
+            idle_s = self.opts.longpoll_idle
+            self._log(f"  {counts['waiting']:,} waiting; measuring mq's CPU for {idle_s:g} s with no message")
+            meter = self.bench._meter()
+            await asyncio.sleep(idle_s)
+            idle = meter.stop()
+            waiting_at_end = counts["waiting"]
+            self._log(f"  mq {idle.get('mq_cpu_pct')} % of a core idle; now {sends} sends, one at a time")
+            rng = random.Random(12)
+            latencies, send_ms, lost = [], [], 0
+            async with aiohttp.ClientSession(timeout=timeout) as sender:
+                for i in range(sends):
+                    key = f"lp-{i}"
+                    queue = rng.choice(queues)
+                    t0 = time.perf_counter()
+                    async with sender.post(f"{base}/{queue}/messages", data=key.encode()) as resp:
+                        await resp.read()
+                        if resp.status != 201:
+                            raise RuntimeError(f"POST /{queue}/messages answered {resp.status}")
+                    send_ms.append(time.perf_counter() - t0)
+                    try:
+                        async with arrived:
+                            await asyncio.wait_for(arrived.wait_for(lambda k=key: k in arrivals), 5.0)
+                        latencies.append(arrivals[key] - t0)
+                    except TimeoutError:
+                        lost += 1
+                    await asyncio.sleep(0.05)  # the receiver polls again
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        delivery = _pcts_ms(latencies)
+        self._log(f"  delivery p50 {delivery['p50']} ms, p99 {delivery['p99']} ms ({lost} not delivered in 5 s)")
+        for q in queues:
+            self.bench.api.delete_queue(q)
+        return {
+            "receivers": receivers,
+            "queues": nq,
+            "waiting_at_start_of_idle": waiting_at_end,
+            "idle_s": idle_s,
+            "idle_cpu": idle,
+            "idle_mq_cpu_pct": idle.get("mq_cpu_pct"),
+            "idle_daemons_cpu_pct": round(sum(idle.get(f"{k}_cpu_pct", 0.0) for k in ("mq", "mover", "reaper")), 1),
+            "sends": sends,
+            "delivery_ms": delivery,
+            "send_ms": _pcts_ms(send_ms),
+            "not_delivered_in_5s": lost,
+            "polls": counts,
+            "client": "one Python asyncio process with aiohttp, one connection per receiver "
+            "(wait_time_seconds=20); delivery = from the start of the POST to the receiver's answer",
+        }
+
+    # -- large bodies -----------------------------------------------------------------
+
+    def large(self) -> dict[str, Any]:
+        """Sends of each ``--large-sizes`` body vs the send disk loop at the same size and concurrency, in MB/s."""
+        clients = self.opts.large_clients
+        duration = self.bench.cfg.duration_s
+        res: dict[str, Any] = {"clients": clients}
+        for size in self.opts.large_sizes:
+            label = f"bytes_{size}"
+            self._log(f"large: disk loop, {clients} threads, {size:,}-byte bodies, {duration:g} s")
+            loop = disk_loop(self.disk_dir, threads=clients, duration_s=duration, body_bytes=size)
+            queue = f"bench-large-{size}"
+            self.bench.api.create_queue(queue)
+            self._log(f"large: sends of {size:,} bytes at {clients} clients, {duration:g} s")
+            meter = self.bench._meter()
+            run = self.bench.wrk.run(
+                "post.lua", clients=clients, threads=2, queue=queue, duration_s=duration, body_bytes=size
+            )
+            sent = run.counts.get("sent", 0)
+            cpu = self.bench._cpu(meter, sent)
+            self.bench._alive()
+            rate = run.rate("sent")
+            mb = round(rate * size / 1e6, 2)
+            res[label] = {
+                "body_bytes": size,
+                "sends_per_s": round(rate, 1),
+                "mb_per_s": mb,
+                "disk_loop_msgs_per_s": loop["msgs_per_s"],
+                "disk_loop_mb_per_s": loop["mb_per_s"],
+                "over_disk_loop": _ratio(mb, float(str(loop["mb_per_s"]))),
+                "latency_ms": run.latency_ms(),
+                "statuses": run.statuses(),
+                "socket_errors": run.errors,
+                "cpu": cpu,
+                "disk_loop": loop,
+            }
+            self._log(f"  {mb} MB/s against the disk loop's {loop['mb_per_s']} MB/s")
+            self.bench.api.delete_queue(queue)
+        return res
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None

@@ -1,0 +1,326 @@
+"""FIFO queues: the send rules and the receive in message-group order (docs/protocol.md 19, docs/sqs.md).
+
+A queue is FIFO if and only if its name ends with ``.fifo`` (SQS's rule;
+:func:`mqcore.names.is_fifo_queue`, a string test): standard queues never reach
+this module and pay nothing for it.
+
+- **Send** (:func:`fifo_message`, then :func:`mqcore.protocol.fifo.send_fifo`): a
+  MessageGroupId is required; the MessageDeduplicationId is the one given or, on a queue
+  with ``content_based_deduplication``, the SHA-256 of the body (hex); a per-message delay
+  is refused (SQS: FIFO queues delay per queue only). A duplicate within 5 minutes is
+  accepted and answers the first message's id without storing anything.
+- **Receive** (:func:`lease_in_group_order`, called by
+  :func:`mqcore.service.receive.lease_names` for FIFO queues): a message is leased only if no
+  message of its group is in flight (any ``delay/`` lease of the queue's messages with the
+  same group, whatever its deadline: an expired one comes back first), messages of a group
+  in id order; other groups flow. After leasing, a receive that finds a lease of the same
+  group it did not see before yields its own (visibility 0), so two daemons or brokerless
+  clients racing on one root never both hold a group.
+- **SequenceNumber** (:func:`sequence_number`): the message id read as a 128-bit integer, in
+  decimal: it increases with the ids, which is the queue's delivery order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import replace
+
+from mqcore.errors import InvalidRequest, MQError, QueueNotFound, cap
+from mqcore.model import ReceivedMessage
+from mqcore.names import MessageId, QueueName, is_fifo_queue, parse_ready_name
+from mqcore.protocol import LeasePolicy, Store
+from mqcore.protocol.fifo import FifoSend, read_fifo_header, send_fifo
+from mqcore.protocol.send import SendEntry
+from mqcore.service.receive import LeaseOutcome
+
+logger = logging.getLogger("mq.service")
+
+#: Longest MessageGroupId / MessageDeduplicationId, in characters (SQS: 128).
+MAX_FIFO_ID_CHARS = 128
+_FIFO_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_FIFO_ID_CHARS}}}")
+#: Names mq's fetcher pops per round of a FIFO receive, so that messages of blocked groups are passed in
+#: few rounds (each round lists ``delay/``); the ones not tried go back to the index.
+FIFO_ROUND_NAMES = 1000
+#: Most message ids whose group this process remembers (a group never changes, so the cache is never stale).
+GROUP_CACHE_SIZE = 100_000
+
+_groups: dict[str, tuple[str, str]] = {}
+_groups_lock = threading.Lock()
+
+
+def check_fifo_id(value: object, parameter: str) -> str:
+    """A MessageGroupId or MessageDeduplicationId: 1-128 characters of ``[!-~]`` (SQS: alphanumeric and punctuation).
+
+    Raises:
+        InvalidRequest: Anything else (``details["parameter"]`` = ``parameter``).
+    """
+    if not isinstance(value, str) or not _FIFO_ID_RE.fullmatch(value):
+        raise InvalidRequest(
+            f"{parameter} must be 1-{MAX_FIFO_ID_CHARS} characters of letters, digits and punctuation (SQS)",
+            parameter=parameter,
+            value=cap(value) if isinstance(value, str) else None,
+        )
+    return value
+
+
+def fifo_message(
+    queue: QueueName,
+    body: bytes,
+    group_id: str | None,
+    dedup_id: str | None,
+    *,
+    content_based_deduplication: bool,
+    delay_ms: int = 0,
+    content_type: str | None = None,
+    attributes: dict[str, str] | None = None,
+    attribute_types: dict[str, str] | None = None,
+) -> FifoSend:
+    """Check a send to a FIFO queue and give what :func:`mqcore.protocol.fifo.send_fifo` stores.
+
+    Args:
+        queue: The FIFO queue.
+        body: The body bytes.
+        group_id: MessageGroupId (required, SQS).
+        dedup_id: MessageDeduplicationId, or None to derive it from the body.
+        content_based_deduplication: The queue's ``content_based_deduplication`` attribute.
+        delay_ms: The message's delay; must be 0 (SQS: no per-message DelaySeconds on FIFO queues).
+        content_type: Its Content-Type, or None.
+        attributes: User message attributes (checked by the caller), or None.
+        attribute_types: SQS DataTypes of the attributes that are not ``String``, or None.
+    Raises:
+        InvalidRequest: No or a malformed group id; a malformed deduplication id; none given on a queue
+            without content-based deduplication; a delay (``details["parameter"]`` names it).
+    """
+    if group_id is None:
+        raise InvalidRequest(f"a message sent to FIFO queue {queue!r} needs a MessageGroupId", parameter="group_id")
+    check_fifo_id(group_id, "group_id")
+    if dedup_id is not None:
+        check_fifo_id(dedup_id, "deduplication_id")
+    elif content_based_deduplication:
+        dedup_id = hashlib.sha256(body).hexdigest()
+    else:
+        raise InvalidRequest(
+            f"FIFO queue {queue!r} has no content-based deduplication: a message needs a MessageDeduplicationId",
+            parameter="deduplication_id",
+        )
+    if delay_ms:
+        raise InvalidRequest(
+            "a message to a FIFO queue cannot have its own delay (SQS: DelaySeconds per queue only; "
+            "mq: FIFO queues have no delay)",
+            parameter="delay_seconds",
+        )
+    return FifoSend(body, group_id, dedup_id, content_type, attributes, attribute_types)
+
+
+def sequence_number(message_id: str) -> str:
+    """SQS SequenceNumber of a FIFO message: its UUIDv7 id as a 128-bit unsigned integer, in decimal."""
+    return str(int(message_id.replace("-", ""), 16))
+
+
+def _fifo_ids(path: str, message_id: str) -> tuple[str, str] | None:
+    """``(group, dedup id)`` of a message (cached by id: immutable), read from the file at ``path``."""
+    with _groups_lock:
+        known = _groups.get(message_id)
+    if known is not None:
+        return known
+    found = read_fifo_header(path)
+    if found is not None:
+        with _groups_lock:
+            if len(_groups) >= GROUP_CACHE_SIZE:
+                _groups.clear()
+            _groups[message_id] = found
+    return found
+
+
+def _in_flight(store: Store, queue: QueueName) -> dict[str, set[MessageId]]:
+    """Group -> ids of the queue's messages leased in ``delay/`` (receive count >= 1, any deadline)."""
+    out: dict[str, set[MessageId]] = {}
+    for lease in store.scan_in_flight():
+        if lease.queue != queue or lease.receive_count < 1:
+            continue
+        found = _fifo_ids(store.layout.delay_path(lease.filename), lease.message_id)
+        if found is not None:
+            out.setdefault(found[0], set()).add(lease.message_id)
+    return out
+
+
+def lease_in_group_order(
+    store: Store,
+    queue: QueueName,
+    names: Iterable[str],
+    visibility_timeout_ms: int,
+    policy: LeasePolicy,
+    wanted: int | None = None,
+) -> LeaseOutcome:
+    """:func:`mqcore.service.receive.lease_names` for a FIFO queue: one group in flight at a time, in order.
+
+    Args are those of ``lease_names`` (``names`` in id order). Names of a group with a message in
+    flight are not tried: they come back in :attr:`LeaseOutcome.held` (still ready). Messages of
+    one group are leased in the order given; once one of a group cannot be leased (taken by another
+    consumer, dead-lettered, removed), the group's later ones wait for the next receive.
+    """
+    out = LeaseOutcome()
+    pending = list(names)
+    blocked = set(_in_flight(store, queue))
+    taken: dict[str, list[ReceivedMessage]] = {}
+    qdir = store.layout.queue_dir(queue)
+    for i, name in enumerate(pending):
+        if wanted is not None and len(out.messages) >= wanted:
+            out.untried.extend(pending[i:])
+            break
+        parsed = parse_ready_name(name)
+        found = _fifo_ids(os.path.join(qdir, name), parsed[0]) if parsed is not None else None
+        group = found[0] if found is not None else None
+        if group is not None and group in blocked:
+            out.held.append(name)
+            continue
+        try:
+            message = store.lease(queue, name, visibility_timeout_ms, policy=policy)
+        except MQError as exc:
+            out.error = exc
+            out.untried.extend(pending[i:])
+            break
+        if group is None:  # gone before its header was read, or not a FIFO message file
+            if message is not None:
+                out.messages.append(message)
+            continue
+        if message is None:
+            blocked.add(group)
+            continue
+        message = replace(message, group_id=group, dedup_id=found[1] if found else None)
+        taken.setdefault(group, []).append(message)
+        out.messages.append(message)
+    if taken:
+        _yield_raced(store, queue, taken, out)
+    return out
+
+
+def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedMessage]], out: LeaseOutcome) -> None:
+    """Give back the leases of groups another consumer leased at the same time (docs/protocol.md 19.3).
+
+    The groups of ``taken`` had nothing in flight before this receive. A lease of such a group that
+    this receive did not make was made by a concurrent one: this receive ends its own leases of that
+    group at once (visibility 0, the message is ready again), so at most one consumer keeps the group.
+    """
+    now_in_flight = _in_flight(store, queue)
+    for group, messages in taken.items():
+        ours = {m.message_id for m in messages}
+        if not now_in_flight.get(group, set()) - ours:
+            continue
+        logger.info("FIFO group raced by another consumer; giving it back queue=%s", queue)
+        for message in messages:
+            try:
+                store.change_visibility(queue, message.in_flight_name, 0)
+            except MQError as exc:  # expired and moved already, or a storage error: it comes back by itself
+                logger.warning("could not give back a raced FIFO lease queue=%s error=%s", queue, exc)
+            out.messages.remove(message)
+
+
+def send_entries(store: Store, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
+    """Send entries to a FIFO queue one by one, in order (docs/protocol.md 19.2); an id or error per entry.
+
+    The hook of every send path (the daemon's single and batch sends, the brokerless client) for a
+    queue whose name ends ``.fifo``. Each entry is checked (:func:`fifo_message`) and stored with
+    :func:`mqcore.protocol.fifo.send_fifo`: a duplicate answers the id of the message it duplicates.
+    Entries are stored in order, each fsynced before the next, so a group keeps the batch's order.
+
+    Raises:
+        QueueNotFound: No such queue (nothing is written).
+    """
+    store._require_queue(queue)
+    content_based = store.get_attributes(queue).get("content_based_deduplication") is True
+    results: list[MessageId | MQError] = []
+    for entry in entries:
+        try:
+            message = fifo_message(
+                queue,
+                entry.body,
+                entry.group_id,
+                entry.dedup_id,
+                content_based_deduplication=content_based,
+                delay_ms=entry.delay_ms,
+                content_type=entry.content_type,
+                attributes=entry.attributes,
+                attribute_types=entry.attribute_types,
+            )
+            results.append(send_fifo(store, queue, message)[0])
+        except QueueNotFound:
+            raise
+        except MQError as exc:
+            results.append(exc)
+    return results
+
+
+def send_entry(store: Store, queue: QueueName, entry: SendEntry) -> MessageId:
+    """Send one entry to a FIFO queue (:func:`send_entries`); its id, or the id of the message it duplicates.
+
+    Raises:
+        QueueNotFound: No such queue.
+        InvalidRequest: The FIFO rules (:func:`fifo_message`).
+        StorageUnavailable: It could not be guaranteed stored.
+    """
+    result = send_entries(store, queue, [entry])[0]
+    if isinstance(result, MQError):
+        raise result
+    return result
+
+
+def with_fifo_ids(store: Store, messages: list[ReceivedMessage]) -> list[ReceivedMessage]:
+    """``messages`` with ``group_id`` and ``dedup_id`` filled in where missing (a re-let answer), from their files.
+
+    Blocking: reads the header of each such message's ``delay/`` file (cached by id).
+    """
+    out = []
+    for message in messages:
+        if message.group_id is None:
+            found = _fifo_ids(store.layout.delay_path(message.in_flight_name), message.message_id)
+            if found is not None:
+                message = replace(message, group_id=found[0], dedup_id=found[1] or None)
+        out.append(message)
+    return out
+
+
+def fifo_fields(queue: QueueName, group_id: object, dedup_id: object, where: str = "") -> tuple[str | None, str | None]:
+    """The group and deduplication ids a native or brokerless send gave, checked against the queue's type.
+
+    Args:
+        queue: The queue.
+        group_id: ``X-Message-Group-Id`` / a batch entry's ``group_id``, or None.
+        dedup_id: ``X-Message-Deduplication-Id`` / ``deduplication_id``, or None.
+        where: Prefix of names in errors (``entries[2].``).
+    Raises:
+        InvalidRequest: Either given for a standard queue (SQS refuses them there too), or malformed.
+    """
+    if group_id is None and dedup_id is None:
+        return None, None
+    if not is_fifo_queue(queue):
+        raise InvalidRequest(
+            f"{where}group_id and {where}deduplication_id are for FIFO queues only (names ending .fifo)",
+            parameter=f"{where}group_id" if group_id is not None else f"{where}deduplication_id",
+        )
+    group = None if group_id is None else check_fifo_id(group_id, f"{where}group_id")
+    dedup = None if dedup_id is None else check_fifo_id(dedup_id, f"{where}deduplication_id")
+    return group, dedup
+
+
+def native_fields(message: ReceivedMessage) -> dict[str, str]:
+    """``group_id``, ``deduplication_id`` and ``sequence_number`` of a received FIFO message ({} for others)."""
+    if message.group_id is None:
+        return {}
+    out = {"group_id": message.group_id, "sequence_number": sequence_number(message.message_id)}
+    if message.dedup_id:
+        out["deduplication_id"] = message.dedup_id
+    return out
+
+
+#: Raw receive headers of :func:`native_fields` (docs/api.md).
+NATIVE_HEADERS = {
+    "group_id": "X-Message-Group-Id",
+    "deduplication_id": "X-Message-Deduplication-Id",
+    "sequence_number": "X-Sequence-Number",
+}

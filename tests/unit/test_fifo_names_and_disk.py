@@ -1,0 +1,161 @@
+"""FIFO queues below the daemons: the ``.fifo`` name forms, the deduplication records and their recovery.
+
+docs/protocol.md 19. The names of standard queues must parse exactly as before (the protocol is
+a public contract); a FIFO queue's name, with its one ".", must never be mistaken for another
+queue's in any form. The crash states of a FIFO send are made by running its real steps up to
+the crash point, then a second send is checked to recover them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mqcore.attributes import QueueAttributes
+from mqcore.errors import InvalidQueueName, StorageUnavailable
+from mqcore.names import (
+    QueueName,
+    check_queue_name,
+    in_flight_name,
+    is_fifo_queue,
+    is_queue_prefix,
+    lease_key_of,
+    new_lease_token,
+    new_name,
+    parse_in_flight_name,
+    parse_new_name,
+    parse_receipt_handle,
+    removed_entry_queue,
+    removed_name,
+)
+from mqcore.protocol import SendEntry, Store
+from mqcore.protocol import fifo as disk
+from mqcore.service import fifo
+from mqcore.service.receive import LeaseOutcome, lease_names, lease_policy
+
+MID = "01a1fe4f-1bbf-7000-ac36-adce7281dd16"
+DL = 1795267959745
+base = st.text(alphabet="abcXYZ019_-", min_size=1, max_size=75)
+
+
+def test_fifo_queue_names() -> None:
+    for name in ("a.fifo", "x" * 75 + ".fifo", "jobs-1_A.fifo"):
+        assert check_queue_name(name) == name and is_fifo_queue(name)
+    for bad in (".fifo", "a.b.fifo", "a.fifo.fifo", "x" * 76 + ".fifo", "a.FIFO", "a.fif", "a.", "fifo.a"):
+        with pytest.raises(InvalidQueueName):
+            check_queue_name(bad)
+    assert not is_fifo_queue("fifo") and not is_fifo_queue("a_fifo")
+    assert all(is_queue_prefix(p) for p in ("", "a", "a.", "a.f", "a.fif", "a.fifo"))
+    assert not any(is_queue_prefix(p) for p in (".", "a.x", "a.fifox", "a.b.f"))
+
+
+@given(base, st.integers(0, 10**9 - 1), st.booleans())
+def test_every_form_round_trips_for_both_kinds_of_queue(stem: str, count: int, fifo_queue: bool) -> None:
+    queue = QueueName(stem + ".fifo" if fifo_queue else stem)
+    token = new_lease_token()
+    name = in_flight_name(DL, queue, MID, count, token)
+    parsed = parse_in_flight_name(name)
+    assert parsed is not None and parsed.filename == name
+    assert (parsed.queue, parsed.message_id, parsed.receive_count, parsed.token) == (queue, MID, count, token)
+    assert lease_key_of(name) == f"{queue}.{MID}.{count}.{token}"
+    assert parse_new_name(new_name(queue, MID)) == (queue, MID)
+    assert removed_entry_queue(removed_name(queue, MID)) == queue
+    assert removed_entry_queue(f"{queue}.{'0' * 32}.queue") == queue
+
+
+def test_standard_names_parse_exactly_as_before() -> None:
+    assert parse_in_flight_name(f"{DL}.orders.{MID}.1.9f86d081884c7d651").queue == "orders"  # type: ignore[union-attr]
+    legacy = parse_in_flight_name(f"{DL}.orders.{MID}.1")  # protocol version 1
+    assert legacy is not None and legacy.queue == "orders" and legacy.is_legacy
+    assert parse_new_name(f"orders.{MID}") == ("orders", MID)
+    # A FIFO queue exists only in version 2: the v1 form of a .fifo name is not a name.
+    assert parse_in_flight_name(f"{DL}.a.fifo.{MID}.1") is None
+    assert parse_in_flight_name(f"{DL}.a.b.{MID}.1.9f86d081884c7d651") is None
+    assert parse_new_name(f"a.b.{MID}") is None
+    # Queue "a" and FIFO queue "a.fifo" never take each other's entries.
+    assert removed_entry_queue(f"a.fifo.{MID}") == "a.fifo" and removed_entry_queue(f"a.{MID}") == "a"
+    handle = parse_receipt_handle(f"{DL}.a.fifo.{MID}.2.9f86d081884c7d651")
+    assert (handle.queue, handle.receive_count) == ("a.fifo", 2)
+    assert f".a.{MID}." not in in_flight_name(DL, QueueName("a.fifo"), MID, 1, "9f86d081884c7d651")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "root")
+    s.create_queue(QueueName("q.fifo"))
+    return s
+
+
+Q = QueueName("q.fifo")
+
+
+def message(body: bytes, group: str = "g", dedup: str = "d") -> disk.FifoSend:
+    return disk.FifoSend(body, group, dedup)
+
+
+def test_a_send_that_died_after_its_record_is_rolled_forward_by_the_retry(store: Store) -> None:
+    # The crash point: new/Q.ID written and fsynced, the record created, no rename (steps 2-3, not 4).
+    pending = disk._write_new(store, Q, message(b"half"))
+    record = os.path.join(store.layout.queue_dir(Q), disk.DEDUP_PREFIX + disk.dedup_hash("d"))
+    store.disk.write_file(record, json.dumps({"message_id": pending.message_id, "at_ms": store.clock()}).encode())
+    assert store.scan_ready(Q) == []
+    message_id, duplicate = disk.send_fifo(store, Q, message(b"half"))  # the client's retry
+    assert (message_id, duplicate) == (pending.message_id, True)
+    assert store.scan_ready(Q) == [f"{message_id}.0"] and os.listdir(store.layout.new) == []
+    assert disk.send_fifo(store, Q, message(b"half")) == (message_id, True)  # and never twice
+
+
+def test_an_expired_or_torn_record_is_replaced(store: Store) -> None:
+    first, _ = disk.send_fifo(store, Q, message(b"one"))
+    record = os.path.join(store.layout.queue_dir(Q), disk.DEDUP_PREFIX + disk.dedup_hash("d"))
+    later = store.at(store.clock() + disk.DEDUP_WINDOW_MS)
+    second, duplicate = disk.send_fifo(later, Q, message(b"two"))
+    assert not duplicate and second != first
+    with open(record, "wb") as f:
+        f.write(b'{"message_id": "tor')  # being written by another sender, or torn by a crash
+    with pytest.raises(StorageUnavailable):  # young: another send of the id is in progress (retriable)
+        disk.send_fifo(store, Q, message(b"three"))
+    _, duplicate = disk.send_fifo(store.at(store.clock() + disk.TORN_RECORD_MS), Q, message(b"three"))
+    assert not duplicate and len(store.scan_ready(Q)) == 3  # old: torn by a crash, replaced
+    leftovers = [n for n in os.listdir(store.layout.queue_dir(Q)) if n.startswith(disk.DEDUP_PREFIX)]
+    assert leftovers == [os.path.basename(record)]  # the retired records were unlinked
+    old = store.clock() - disk.DEDUP_WINDOW_MS - 1000
+    os.utime(record, ns=(old * 1_000_000, old * 1_000_000))
+    assert disk.sweep_dedup(store, Q) == 1
+
+
+def test_sends_and_receives_of_the_service_layer(store: Store) -> None:
+    entries = [SendEntry(b"a1", group_id="A", dedup_id="1"), SendEntry(b"b1", group_id="B", dedup_id="2")]
+    entries += [SendEntry(b"a2", group_id="A", dedup_id="3"), SendEntry(b"x", dedup_id="4")]
+    entries += [SendEntry(b"late", group_id="A", dedup_id="5", delay_ms=1000)]
+    results = fifo.send_entries(store, Q, entries)
+    assert [type(r).__name__ for r in results[3:]] == ["InvalidRequest", "InvalidRequest"]
+    policy = lease_policy(store_attrs(), None)
+    got = lease_names(store, Q, sorted(store.scan_ready(Q)), 30_000, policy)
+    assert [m.body for m in got.messages] == [b"a1", b"b1", b"a2"]
+    assert [m.group_id for m in got.messages] == ["A", "B", "A"]
+    assert lease_names(store, Q, sorted(store.scan_ready(Q)), 30_000, policy).messages == []
+
+
+def store_attrs() -> QueueAttributes:
+    return QueueAttributes()
+
+
+def test_a_receive_that_raced_another_for_a_group_gives_its_lease_back(store: Store, tmp_path: Path) -> None:
+    fifo.send_entries(store, Q, [SendEntry(b"m1", group_id="g", dedup_id="1")])
+    fifo.send_entries(store, Q, [SendEntry(b"m2", group_id="g", dedup_id="2")])
+    other = Store(tmp_path / "root")  # a second process on the root
+    names = sorted(store.scan_ready(Q))
+    policy = lease_policy(store_attrs(), None)
+    theirs = other.lease(Q, names[0], 30_000, policy=policy)  # leased by a consumer this receive did not see
+    ours = store.lease(Q, names[1], 30_000, policy=policy)
+    assert theirs is not None and ours is not None
+    outcome = LeaseOutcome(messages=[ours])
+    fifo._yield_raced(store, Q, {"g": [ours]}, outcome)
+    assert outcome.messages == []  # given back: visible again at once
+    assert [n.split(".")[0] for n in store.scan_ready(Q)] == [ours.message_id]
