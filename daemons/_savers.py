@@ -1,0 +1,188 @@
+"""The send savers of the ``mq`` daemon: threads that write, fsync and publish sends, one loop wake-up per commit.
+
+A send crosses between the event loop and a thread twice, whatever the
+load: the loop puts a :class:`SaveJob` on a queue that the saver threads
+take from (one wake-up of an idle saver), and the results of every job a
+directory fsync made durable come back to the loop together (one
+``call_soon_threadsafe`` per group commit, not one per message, and none
+while an earlier delivery is still waiting for the loop).
+
+Each saver takes one file to write at a time (``new/Q.ID``: create, write,
+fsync), so the files of a batch, and of concurrent sends, are fsynced in
+parallel. The thread that writes a job's last file renames all the job's
+files into place in entry order (a batch is never visible in part out of
+order), then leaves the job with the directory's group commit
+(:meth:`mqcore.protocol._fs.DirSyncer.sync_later`) and goes back to take
+work: the thread that leads the directory's fsyncs completes every job its
+round covered. A job's result is delivered only after its file fsyncs, its
+renames and the fsync of each directory they went to (docs/protocol.md 6.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue as queue_module
+import threading
+from collections.abc import Callable
+
+from mqcore.errors import MQError
+from mqcore.names import MessageId, QueueName
+from mqcore.protocol import PendingMessage, SendEntry, Store
+
+#: A job's outcome: per entry its message id or its error.
+Results = list[MessageId | MQError]
+
+
+class SaveJob:
+    """Messages of one request to store, and the future their results go to (loop thread creates it).
+
+    Args:
+        queue: The queue.
+        entries: The messages (checked by the caller), in order.
+        ids: Their ids, taken in entry order before any write (FIFO within the job).
+        future: Resolved on the loop with :data:`Results` (or a bug's exception).
+    """
+
+    __slots__ = ("entries", "future", "ids", "left", "queue", "results", "unsynced", "written")
+
+    def __init__(
+        self, queue: QueueName, entries: list[SendEntry], ids: list[MessageId], future: asyncio.Future[Results]
+    ) -> None:
+        self.queue = queue
+        self.entries = entries
+        self.ids = ids
+        self.future = future
+        self.results: Results = list(ids)
+        #: Written files by entry index (None: the write failed).
+        self.written: list[PendingMessage | None] = [None] * len(entries)
+        #: Files still to write (under the pool's lock).
+        self.left = len(entries)
+        #: Directory fsyncs still to come (under the pool's lock).
+        self.unsynced = 0
+
+
+class SendSavers:
+    """``workers`` saver threads for sends, and the one-wake-per-commit hand-back to the event loop.
+
+    Args:
+        store: The daemon's store.
+        workers: Threads (``--workers``).
+        loop: The event loop the results go back to.
+    """
+
+    def __init__(self, store: Store, workers: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.loop = loop
+        self._work: queue_module.SimpleQueue[tuple[SaveJob, int] | None] = queue_module.SimpleQueue()
+        self._lock = threading.Lock()
+        self._done: list[tuple[SaveJob, BaseException | None]] = []
+        self._wake_pending = False
+        self._threads = [
+            threading.Thread(target=self._run, name=f"mq-send-saver-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
+        """Start storing ``entries`` in ``queue`` (loop thread); the future gets each entry's id or error.
+
+        The ids are taken here, in entry order. An entry's error is a
+        :class:`~mqcore.errors.QueueNotFound` (no such queue: nothing of it
+        written) or a :class:`~mqcore.errors.StorageUnavailable` (a step failed).
+        """
+        ids = [self.store.ids.next_id() for _ in entries]
+        job = SaveJob(queue, entries, ids, self.loop.create_future())
+        for i in range(len(entries)):
+            self._work.put((job, i))
+        return job.future
+
+    def close(self) -> None:
+        """Let every thread finish its work and stop; wait for them (jobs already taken complete)."""
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    # -- saver threads --------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            job, i = item
+            try:
+                self._write(job, i)
+            except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
+                self._finish(job, exc)
+
+    def _write(self, job: SaveJob, i: int) -> None:
+        """Write entry ``i`` of ``job``; the thread writing its last file publishes the job."""
+        entry = job.entries[i]
+        try:
+            job.written[i] = self.store.write_new(
+                job.queue, entry.body, entry.content_type, entry.attributes, job.ids[i], entry.attribute_types
+            )
+        except MQError as exc:
+            job.results[i] = exc
+        with self._lock:
+            job.left -= 1
+            last = job.left == 0
+        if last:
+            self._publish(job)
+
+    def _publish(self, job: SaveJob) -> None:
+        """Rename the job's written files into place, in entry order, and leave them with the group commit."""
+        written = [(i, pending) for i, pending in enumerate(job.written) if pending is not None]
+        for i, pending in written:  # the id changes when an O_EXCL create was retried
+            job.results[i] = pending.message_id
+        errors, renamed = self.store.rename_many([(pending, job.entries[i].delay_ms) for i, pending in written])
+        for (i, _), error in zip(written, errors, strict=True):
+            if error is not None:
+                job.results[i] = error
+        if not renamed:
+            self._finish(job, None)
+            return
+        job.unsynced = len(renamed)
+        for directory, ks in renamed.items():
+            done = self._synced(job, [written[k][0] for k in ks])
+            self.store.disk.sync_dir_later(directory, "fsync of the directory", done)
+
+    def _synced(self, job: SaveJob, entry_indexes: list[int]) -> Callable[[MQError | None], None]:
+        def done(error: MQError | None) -> None:
+            if error is not None:
+                for i in entry_indexes:
+                    job.results[i] = error
+            with self._lock:
+                job.unsynced -= 1
+                last = job.unsynced == 0
+            if last:
+                self._finish(job, None)
+
+        return done
+
+    def _finish(self, job: SaveJob, exc: BaseException | None) -> None:
+        """Hand ``job`` back to the loop; one wake-up covers every job finished before the loop gets to them."""
+        with self._lock:
+            self._done.append((job, exc))
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop is closed (mq stopped): nobody waits any more
+            pass
+
+    # -- event loop -------------------------------------------------------------
+
+    def _deliver(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+            self._wake_pending = False
+        for job, exc in done:
+            if job.future.done():  # cancelled: the client went away (the message is stored all the same)
+                continue
+            if exc is None:
+                job.future.set_result(job.results)
+            else:
+                job.future.set_exception(exc)
