@@ -2,7 +2,8 @@
 
 A send crosses between the event loop and a thread twice, whatever the
 load: the loop puts a :class:`SaveJob` on a queue that the saver threads
-take from (one wake-up of an idle saver), and the results of every job a
+take from (one wake-up of an idle saver, the one idle most recently: at a
+low rate one warm thread does the work), and the results of every job a
 directory fsync made durable come back to the loop together (one
 ``call_soon_threadsafe`` per group commit, not one per message, and none
 while an earlier delivery is still waiting for the loop).
@@ -21,7 +22,7 @@ renames and the fsync of each directory they went to (docs/protocol.md 6.2).
 from __future__ import annotations
 
 import asyncio
-import queue as queue_module
+import collections
 import threading
 from collections.abc import Callable
 
@@ -73,8 +74,11 @@ class SendSavers:
     def __init__(self, store: Store, workers: int, loop: asyncio.AbstractEventLoop) -> None:
         self.store = store
         self.loop = loop
-        self._work: queue_module.SimpleQueue[tuple[SaveJob, int] | None] = queue_module.SimpleQueue()
         self._lock = threading.Lock()
+        #: Files to write, oldest first; None tells a thread to stop (under ``_lock``).
+        self._work: collections.deque[tuple[SaveJob, int] | None] = collections.deque()
+        #: The parking locks of the idle threads, the latest idle last (under ``_lock``).
+        self._idle: list[threading.Lock] = []
         self._done: list[tuple[SaveJob, BaseException | None]] = []
         self._wake_pending = False
         self._threads = [
@@ -92,22 +96,38 @@ class SendSavers:
         """
         ids = [self.store.ids.next_id() for _ in entries]
         job = SaveJob(queue, entries, ids, self.loop.create_future())
-        for i in range(len(entries)):
-            self._work.put((job, i))
+        self._put([(job, i) for i in range(len(entries))])
         return job.future
+
+    def _put(self, items: list[tuple[SaveJob, int] | None]) -> None:
+        """Queue ``items`` and wake as many idle threads, the latest idle first (a warm thread, one wake-up each)."""
+        with self._lock:
+            self._work.extend(items)
+            wake = [self._idle.pop() for _ in range(min(len(items), len(self._idle)))]
+        for park in wake:
+            park.release()
 
     def close(self) -> None:
         """Let every thread finish its work and stop; wait for them (jobs already taken complete)."""
-        for _ in self._threads:
-            self._work.put(None)
+        self._put([None] * len(self._threads))
         for thread in self._threads:
             thread.join()
 
     # -- saver threads --------------------------------------------------------
 
     def _run(self) -> None:
+        park = threading.Lock()
+        park.acquire()
         while True:
-            item = self._work.get()
+            with self._lock:
+                idle = not self._work
+                if idle:
+                    self._idle.append(park)
+                else:
+                    item = self._work.popleft()
+            if idle:
+                park.acquire()  # released by _put, which took it off the idle list
+                continue
             if item is None:
                 return
             job, i = item
