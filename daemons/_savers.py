@@ -40,20 +40,19 @@ class SaveJob:
     Args:
         queue: The queue.
         entries: The messages (checked by the caller), in order.
-        ids: Their ids, taken in entry order before any write (FIFO within the job).
         future: Resolved on the loop with :data:`Results` (or a bug's exception).
     """
 
     __slots__ = ("entries", "future", "ids", "left", "queue", "results", "unsynced", "written")
 
-    def __init__(
-        self, queue: QueueName, entries: list[SendEntry], ids: list[MessageId], future: asyncio.Future[Results]
-    ) -> None:
+    def __init__(self, queue: QueueName, entries: list[SendEntry], future: asyncio.Future[Results]) -> None:
         self.queue = queue
         self.entries = entries
-        self.ids = ids
         self.future = future
-        self.results: Results = list(ids)
+        #: The entries' ids, taken in entry order by the first thread to take a file of the job (under
+        #: the pool's lock), so the job keeps its order (FIFO) whichever write finishes first.
+        self.ids: list[MessageId] = []
+        self.results: Results = []
         #: Written files by entry index (None: the write failed).
         self.written: list[PendingMessage | None] = [None] * len(entries)
         #: Files still to write (under the pool's lock).
@@ -74,12 +73,19 @@ class SendSavers:
     def __init__(self, store: Store, workers: int, loop: asyncio.AbstractEventLoop) -> None:
         self.store = store
         self.loop = loop
+        #: The savers' own lock (job counters and ids); the loop thread never takes it.
         self._lock = threading.Lock()
-        #: Files to write, oldest first; None tells a thread to stop (under ``_lock``).
+        # The loop thread must not block on a lock or make a system call here: every such point
+        # releases the GIL, and getting it back behind eight busy savers costs up to the interpreter's
+        # switch interval (5 ms). So the hand-offs use only operations that are atomic under the GIL
+        # (deque.extend/popleft/append, list.append/pop/remove) and a parking lock per thread.
+        #: Files to write, oldest first; None tells a thread to stop.
         self._work: collections.deque[tuple[SaveJob, int] | None] = collections.deque()
-        #: The parking locks of the idle threads, the latest idle last (under ``_lock``).
+        #: The parking locks (held while parked) of the idle threads, the latest idle last.
         self._idle: list[threading.Lock] = []
-        self._done: list[tuple[SaveJob, BaseException | None]] = []
+        #: Jobs finished, waiting for the loop's :meth:`_deliver`.
+        self._done: collections.deque[tuple[SaveJob, BaseException | None]] = collections.deque()
+        #: A :meth:`_deliver` is scheduled and has not started draining ``_done`` yet.
         self._wake_pending = False
         self._threads = [
             threading.Thread(target=self._run, name=f"mq-send-saver-{i}", daemon=True) for i in range(workers)
@@ -90,21 +96,22 @@ class SendSavers:
     def submit(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
         """Start storing ``entries`` in ``queue`` (loop thread); the future gets each entry's id or error.
 
-        The ids are taken here, in entry order. An entry's error is a
+        Takes no lock and makes no system call (see ``__init__``). An entry's error is a
         :class:`~mqcore.errors.QueueNotFound` (no such queue: nothing of it
         written) or a :class:`~mqcore.errors.StorageUnavailable` (a step failed).
         """
-        ids = [self.store.ids.next_id() for _ in entries]
-        job = SaveJob(queue, entries, ids, self.loop.create_future())
+        job = SaveJob(queue, entries, self.loop.create_future())
         self._put([(job, i) for i in range(len(entries))])
         return job.future
 
     def _put(self, items: list[tuple[SaveJob, int] | None]) -> None:
         """Queue ``items`` and wake as many idle threads, the latest idle first (a warm thread, one wake-up each)."""
-        with self._lock:
-            self._work.extend(items)
-            wake = [self._idle.pop() for _ in range(min(len(items), len(self._idle)))]
-        for park in wake:
+        self._work.extend(items)
+        for _ in items:
+            try:
+                park = self._idle.pop()
+            except IndexError:
+                return
             park.release()
 
     def close(self) -> None:
@@ -119,14 +126,17 @@ class SendSavers:
         park = threading.Lock()
         park.acquire()
         while True:
-            with self._lock:
-                idle = not self._work
-                if idle:
-                    self._idle.append(park)
-                else:
-                    item = self._work.popleft()
-            if idle:
-                park.acquire()  # released by _put, which took it off the idle list
+            try:
+                item = self._work.popleft()
+            except IndexError:
+                self._idle.append(park)
+                if self._work:  # work came between the popleft and the append, maybe with nobody to wake
+                    try:
+                        self._idle.remove(park)
+                    except ValueError:  # _put took it off the list: it has released, or will release, it
+                        park.acquire()
+                    continue
+                park.acquire()  # released by the _put that takes it off the idle list
                 continue
             if item is None:
                 return
@@ -139,6 +149,11 @@ class SendSavers:
     def _write(self, job: SaveJob, i: int) -> None:
         """Write entry ``i`` of ``job``; the thread writing its last file publishes the job."""
         entry = job.entries[i]
+        if not job.ids:
+            with self._lock:
+                if not job.ids:
+                    job.ids = [self.store.ids.next_id() for _ in job.entries]
+                    job.results = list(job.ids)
         try:
             job.written[i] = self.store.write_new(
                 job.queue, entry.body, entry.content_type, entry.attributes, job.ids[i], entry.attribute_types
@@ -183,11 +198,10 @@ class SendSavers:
 
     def _finish(self, job: SaveJob, exc: BaseException | None) -> None:
         """Hand ``job`` back to the loop; one wake-up covers every job finished before the loop gets to them."""
-        with self._lock:
-            self._done.append((job, exc))
-            if self._wake_pending:
-                return
-            self._wake_pending = True
+        self._done.append((job, exc))
+        if self._wake_pending:  # read after the append: a _deliver that has not reset it yet will see the job
+            return
+        self._wake_pending = True
         try:
             self.loop.call_soon_threadsafe(self._deliver)
         except RuntimeError:  # the loop is closed (mq stopped): nobody waits any more
@@ -196,10 +210,10 @@ class SendSavers:
     # -- event loop -------------------------------------------------------------
 
     def _deliver(self) -> None:
-        with self._lock:
-            done, self._done = self._done, []
-            self._wake_pending = False
-        for job, exc in done:
+        self._wake_pending = False  # before draining: a job appended after this wakes the loop again
+        done = self._done
+        while done:
+            job, exc = done.popleft()
             if job.future.done():  # cancelled: the client went away (the message is stored all the same)
                 continue
             if exc is None:
