@@ -182,7 +182,10 @@ class DirSyncer:
             if error is None and STORAGE_HOOKS.on_fsync is not None:
                 STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, len(callers))
             for callback in callers:
-                callback(error)
+                try:
+                    callback(error)
+                except Exception:  # a bug in one caller must not leave the directory leaderless
+                    logger.exception("a group-commit callback failed path=%s", path)
 
 
 def fsync_dir(path: str) -> None:
