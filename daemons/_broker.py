@@ -101,6 +101,7 @@ class Broker:
         if not self.stopping:
             await self.begin_stop()
         await self.queues.close()
+        self.sender.close()
         self.savers.shutdown(wait=True)
         self.store.close()
         self.health.close()

@@ -125,6 +125,8 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
         MessageTooLarge: Content-Length or the bytes received exceed ``max_bytes``.
         RequestTimeout: The body took longer than ``body_timeout_seconds`` (408; the connection is closed).
     """
+    if request.content.is_eof():  # the whole body has arrived (a small send's usual case): nothing to wait for
+        return await _read_body(request, max_bytes)
     seconds = request.app[BROKER].settings.body_timeout_seconds
     try:
         async with asyncio.timeout(seconds):

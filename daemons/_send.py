@@ -2,22 +2,23 @@
 
 :class:`Sender` admits sends under a queue's capacity
 (:func:`mqcore.service.capacity.admit`; a full queue waits on its ``room``
-signal up to ``capacity_wait_seconds``), writes the files on the saver
-threads and publishes a batch with one directory fsync, then indexes the new
-ready names and wakes the queue's long polls.
+signal up to ``capacity_wait_seconds``), stores them with the send savers
+(:class:`daemons._savers.SendSavers`: one hand-off to a thread per request,
+one loop wake-up per group commit), then indexes the new ready names and
+wakes the queue's long polls.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import TYPE_CHECKING
 
 from daemons import _idorder, _runtime
 from daemons._queues import QueueState
+from daemons._savers import SendSavers
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName, is_fifo_queue, ready_name
-from mqcore.protocol import PendingMessage, SendEntry
+from mqcore.protocol import SendEntry
 from mqcore.service import fifo
 from mqcore.service.capacity import admit, queue_full
 
@@ -35,6 +36,7 @@ class Sender:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.queues = broker.queues
+        self.savers: SendSavers | None = None
 
     async def _reserve(self, queue: QueueName, state: QueueState, wanted: int) -> tuple[QueueState, int]:
         """Admit up to ``wanted`` sends under the queue's capacity; wait for room up to capacity_wait_seconds.
@@ -42,6 +44,10 @@ class Sender:
         Returns:
             (the state the reservation is counted on, how many were admitted: 0 = the queue stayed full).
         """
+        taken = admit(state.attrs.capacity, len(state.index), state.sending, wanted)
+        if taken:  # the usual case, without a look at the loop's clock
+            state.sending += taken
+            return state, taken
         loop = asyncio.get_running_loop()
         deadline = loop.time() + state.attrs.capacity_wait_seconds
         while True:
@@ -82,16 +88,13 @@ class Sender:
                 raise queue_full(queue, state.attrs)
         try:
             await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
-            message_id = await broker.run_in(
-                broker.savers,
-                lambda: (
-                    fifo.send_entry(broker.store, queue, entry)  # docs/protocol.md 19
-                    if is_fifo_queue(queue)
-                    else broker.store.send(
-                        queue, entry.body, entry.content_type, entry.attributes, delay_ms, entry.attribute_types
-                    )
-                ),
-            )
+            if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
+                message_id = await broker.run_in(broker.savers, fifo.send_entry, broker.store, queue, entry)
+            else:
+                result = (await self._savers().submit(queue, [entry]))[0]
+                if isinstance(result, MQError):
+                    raise result
+                message_id = result
             if delay_ms == 0:
                 self.queues.note_ready(queue, ready_name(message_id, 0))
         finally:
@@ -145,40 +148,28 @@ class Sender:
 
         The ids are taken first, in entry order, so the batch keeps its order
         (FIFO) whichever write finishes first; each write fsyncs its own file
-        and the writes' fsyncs overlap. ``Store.publish_many`` then renames
-        them all and fsyncs each target directory once (group commit).
+        and the writes' fsyncs overlap. The last write renames them all, in
+        entry order, and each target directory is fsynced once (group commit:
+        :class:`daemons._savers.SendSavers`).
 
         Raises:
             QueueNotFound: No such queue (nothing is written).
         """
-        store, savers = self.broker.store, self.broker.savers
         if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
-            return await self.broker.run_in(savers, fifo.send_entries, store, queue, entries)
-        if not await self.broker.run_in(savers, store.queue_exists, queue):
+            return await self.broker.run_in(self.broker.savers, fifo.send_entries, self.broker.store, queue, entries)
+        results = await self._savers().submit(queue, entries)
+        if all(isinstance(result, QueueNotFound) for result in results):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        ids = [store.ids.next_id() for _ in entries]
-        loop = asyncio.get_running_loop()
-        writes = await asyncio.gather(
-            *(
-                loop.run_in_executor(
-                    savers, functools.partial(store.write_new, queue, e.body, e.content_type, e.attributes, message_id)
-                )
-                for e, message_id in zip(entries, ids, strict=True)
-            ),
-            return_exceptions=True,
-        )
-        results: list[MessageId | MQError] = []
-        written: list[tuple[int, PendingMessage, int]] = []
-        for i, (entry, outcome) in enumerate(zip(entries, writes, strict=True)):
-            if isinstance(outcome, MQError):
-                results.append(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            else:
-                results.append(outcome.message_id)
-                written.append((i, outcome, entry.delay_ms))
-        published = await self.broker.run_in(savers, store.publish_many, [(p, d) for _, p, d in written])
-        for (i, _, _), error in zip(written, published, strict=True):
-            if error is not None:
-                results[i] = error
         return results
+
+    def _savers(self) -> SendSavers:
+        """The send saver threads, started on the first send (they hand results back to the running loop)."""
+        if self.savers is None:
+            self.savers = SendSavers(self.broker.store, self.broker.settings.workers, asyncio.get_running_loop())
+        return self.savers
+
+    def close(self) -> None:
+        """Stop the send saver threads once the sends they hold are stored (blocks until then)."""
+        if self.savers is not None:
+            self.savers.close()
+            self.savers = None

@@ -96,6 +96,8 @@ class DirSyncer:
         self._failures: dict[str, dict[int, tuple[int, str]]] = {}
         self._callers: dict[tuple[str, int], int] = {}
         """Callers per (directory, round): the group-commit batch size reported to STORAGE_HOOKS."""
+        self._later: dict[str, list[Callable[[OSError | None], None]]] = {}
+        """:meth:`sync_later` callers per directory waiting for the next round of its leader."""
 
     def sync(self, path: str) -> None:
         """Make every rename into ``path`` done before this call durable.
@@ -121,11 +123,7 @@ class DirSyncer:
         error: OSError | None = None
         try:
             started = time.perf_counter()
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(path)
         except OSError as exc:
             error = exc
         with self._cond:
@@ -141,6 +139,66 @@ class DirSyncer:
             STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, batch)
         if error is not None:
             raise error
+
+    def sync_later(self, path: str, done: Callable[[OSError | None], None]) -> None:
+        """Call ``done`` once an fsync of ``path`` that started after this call has completed; never wait for it.
+
+        The group commit of :meth:`sync` without its waiting: a caller that
+        finds a round of ``path`` running leaves ``done`` for the thread
+        leading it, which runs one more round for everything left meanwhile
+        once its round ends, and returns at once to other work. A caller
+        that finds nobody leading leads: it runs rounds (each covering every
+        ``done`` left before it started) until none is left, calling each
+        round's ``done``s with its outcome (None, or the OSError of the open
+        or fsync; an error is never retried for them, see "fsyncgate"
+        above). ``done`` must be quick and must not raise; it runs on the
+        leading thread. Rounds of this method and of :meth:`sync` share
+        nothing but the directory: each is an fsync that started after its
+        callers' renames.
+
+        Args:
+            path: The directory.
+            done: Called once, with None or the OSError of this caller's round.
+        """
+        with self._cond:
+            waiting = self._later.get(path)
+            if waiting is not None:
+                waiting.append(done)  # a leader is running a round: it runs the next one for us
+                return
+            self._later[path] = [done]
+        while True:
+            with self._cond:
+                callers = self._later[path]
+                if not callers:
+                    del self._later[path]  # nobody left anything meanwhile: the next caller leads
+                    return
+                self._later[path] = []
+            error: OSError | None = None
+            started = time.perf_counter()
+            try:
+                fsync_dir(path)
+            except OSError as exc:
+                error = exc
+            if error is None and STORAGE_HOOKS.on_fsync is not None:
+                STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, len(callers))
+            for callback in callers:
+                try:
+                    callback(error)
+                except Exception:  # a bug in one caller must not leave the directory leaderless
+                    logger.exception("a group-commit callback failed path=%s", path)
+
+
+def fsync_dir(path: str) -> None:
+    """Open directory ``path`` by name, fsync it and close it (a cached descriptor could outlive the directory).
+
+    Raises:
+        OSError: The open or the fsync failed.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Disk:
@@ -170,6 +228,28 @@ class Disk:
             self.syncer.sync(path)
         except OSError as exc:
             raise storage_error(step, exc) from exc
+
+    def sync_dir_later(self, path: str, step: str, done: Callable[[StorageUnavailable | None], None]) -> None:
+        """:meth:`sync_dir` without waiting: ``done(None)`` once the renames into ``path`` are durable.
+
+        ``done`` may run on this thread before this returns, or later on the
+        thread leading the directory's group commit (:meth:`DirSyncer.sync_later`);
+        it must be quick and must not raise.
+
+        Args:
+            path: The directory.
+            step: What to call the step in the error, e.g. ``"fsync of the directory"``.
+            done: Called once: None, or the StorageUnavailable of a failed fsync (the renames may or
+                may not survive a power cut).
+        """
+        if not self.fsync:
+            done(None)
+            return
+
+        def synced(error: OSError | None) -> None:
+            done(None if error is None else storage_error(step, error))
+
+        self.syncer.sync_later(path, synced)
 
     def write_file(self, path: str, data: bytes, *, exists_ok_to_retry: bool = False) -> None:
         """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise.

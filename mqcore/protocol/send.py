@@ -170,6 +170,28 @@ class Sending(Queues):
             failed directory fsync fails every message renamed into that
             directory (it may or may not survive a power cut).
         """
+        results, renamed = self.rename_many(items)
+        for directory, indexes in renamed.items():
+            try:
+                self.disk.sync_dir(directory, "fsync of the directory")
+            except StorageUnavailable as error:
+                for i in indexes:
+                    results[i] = error
+        return results
+
+    def rename_many(self, items: list[tuple[PendingMessage, int]]) -> tuple[list[MQError | None], dict[str, list[int]]]:
+        """Send, step 2 without the directory fsyncs: rename each written message into place, in order.
+
+        The caller must fsync every directory returned (``Disk.sync_dir`` or
+        ``Disk.sync_dir_later``) before it calls any of these messages sent.
+
+        Args:
+            items: ``(pending, delay_ms)`` pairs from :meth:`write_new`; delays count from one
+                reading of the store's clock.
+        Returns:
+            (None or the error of each item, in order; the indexes of the renamed items by the
+            directory they went to).
+        """
         now = self.clock()
         results: list[MQError | None] = [None] * len(items)
         renamed: dict[str, list[int]] = {}
@@ -178,13 +200,7 @@ class Sending(Queues):
                 renamed.setdefault(self._publish_rename(pending, delay_ms, now), []).append(i)
             except MQError as exc:
                 results[i] = exc
-        for directory, indexes in renamed.items():
-            try:
-                self.disk.sync_dir(directory, "fsync of the directory")
-            except StorageUnavailable as error:
-                for i in indexes:
-                    results[i] = error
-        return results
+        return results, renamed
 
     def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
         """Send several messages with one group commit; return each entry's id or error, in order.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -198,3 +199,48 @@ def test_recreated_directory_under_concurrent_syncs(tmp_path: Path) -> None:
     directory.mkdir(exist_ok=True)
     assert run_threads(6, lambda i: syncer.sync(str(directory))) == [None] * 6
     assert open_descriptors_to(directory) == []
+
+
+def test_sync_later_calls_back_every_caller_once(tmp_path: Path) -> None:
+    """sync_later (the send savers' group commit): callers that find a round running leave their callback
+    and return at once; the leader runs rounds until none is left, so every callback comes exactly once."""
+    syncer = DirSyncer()
+    directory = tmp_path / "queue"
+    directory.mkdir()
+    calls: dict[tuple[int, int], list[OSError | None]] = {}
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        for j in range(40):
+            src = tmp_path / f"f.{i}.{j}"
+            src.write_bytes(b"x")
+            os.rename(src, directory / src.name)
+
+            def done(error: OSError | None, key: tuple[int, int] = (i, j)) -> None:
+                with lock:
+                    calls.setdefault(key, []).append(error)
+
+            syncer.sync_later(str(directory), done)
+
+    assert run_threads(16, work) == [None] * 16
+    # A caller that left its callback returned before the leader's last round ended: wait for the leader.
+    deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        with lock:
+            if len(calls) == 16 * 40:
+                break
+        time.sleep(0.05)
+    assert sorted(calls) == [(i, j) for i in range(16) for j in range(40)]
+    assert all(outcomes == [None] for outcomes in calls.values())
+    assert open_descriptors_to(directory) == []
+
+
+def test_sync_later_gives_a_failed_round_to_its_callers_and_is_not_sticky(tmp_path: Path) -> None:
+    syncer = DirSyncer()
+    missing = tmp_path / "gone"
+    outcomes: list[OSError | None] = []
+    syncer.sync_later(str(missing), outcomes.append)  # nobody leads: this caller runs the round itself
+    assert len(outcomes) == 1 and isinstance(outcomes[0], OSError) and outcomes[0].errno == errno.ENOENT
+    missing.mkdir()
+    syncer.sync_later(str(missing), outcomes.append)
+    assert outcomes[1:] == [None]
