@@ -79,6 +79,8 @@ REDELIVER_BATCH = 512
 COMPACT_SLACK = 1024
 #: Watch tag of ``delay/``.
 _DELAY_TAG = "delay"
+#: Seconds inotify events on ``delay/`` gather before one read (bounds how late a lease due at once is seen).
+BATCH_WINDOW_SECONDS = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +125,15 @@ class Mover(WatchedDirDaemon):
     log = logger
     dir_label = "delay/"
     watch_tag = _DELAY_TAG
+    batch_window_seconds = BATCH_WINDOW_SECONDS
 
     def __init__(self, store: Store, *, rescan_interval_seconds: float, watcher: DirWatcher | None) -> None:
         super().__init__(store, rescan_interval_seconds=rescan_interval_seconds, watcher=watcher)
         #: (deadline_ms, file name); may hold stale and duplicate entries (lazy deletion).
         self._heap: list[tuple[int, str]] = []
-        #: File names believed to be in ``delay/`` and not yet handled, with their parsed form.
-        self._pending: dict[str, InFlightName] = {}
+        #: Deadline (epoch ms) of each file believed to be in ``delay/`` and not yet handled.
+        #: Only the deadline is parsed when a file arrives; the whole name when it comes due.
+        self._pending: dict[str, int] = {}
         #: Deadline (epoch ms) the loop sleeps until; an arrival due earlier wakes it.
         self._sleep_until_ms: float = math.inf
         #: Queues whose dead-letter queue was found missing (warned once; worker thread only).
@@ -143,7 +147,7 @@ class Mover(WatchedDirDaemon):
 
     def count_due(self, now: int) -> int:
         """Number of known in-flight files whose deadline is at or before ``now`` (epoch ms)."""
-        return sum(1 for item in self._pending.values() if item.deadline_ms <= now)
+        return sum(1 for deadline_ms in self._pending.values() if deadline_ms <= now)
 
     def _watched_dir(self) -> str:
         return self.store.layout.delay
@@ -152,21 +156,26 @@ class Mover(WatchedDirDaemon):
 
     def add(self, item: InFlightName) -> None:
         """Remember an in-flight file; wake the loop if it is due before the current sleep ends."""
-        name = item.filename
+        self._add(item.filename, item.deadline_ms)
+
+    def _add(self, name: str, deadline_ms: int) -> None:
         if name in self._pending:
             return
-        self._pending[name] = item
-        heapq.heappush(self._heap, (item.deadline_ms, name))
-        if item.deadline_ms < self._sleep_until_ms:
+        self._pending[name] = deadline_ms
+        heapq.heappush(self._heap, (deadline_ms, name))
+        if deadline_ms < self._sleep_until_ms:
             self._wake.set()
 
     def on_arrived(self, name: str) -> None:
-        """inotify: a lease was made; fold it into the heap."""
-        item = parse_in_flight_name(name)
-        if item is None:
-            logger.debug("ignoring foreign file in delay/ name=%s", name)
+        """inotify: a lease was made; fold its deadline (the name's first field) into the heap.
+
+        The rest of the name is parsed when it comes due (:meth:`_take_due`).
+        """
+        deadline, dot, _ = name.partition(".")
+        if dot and deadline.isdecimal() and deadline.isascii():
+            self._add(name, int(deadline))
         else:
-            self.add(item)
+            logger.debug("ignoring foreign file in delay/ name=%s", name)
 
     def on_left(self, name: str) -> None:
         """inotify: the file left ``delay/`` (deleted or redelivered elsewhere)."""
@@ -182,7 +191,7 @@ class Mover(WatchedDirDaemon):
         deleted at once would leave one heap entry each until their deadline.
         """
         if len(self._heap) > 2 * len(self._pending) + COMPACT_SLACK:
-            self._heap = [(item.deadline_ms, name) for name, item in self._pending.items()]
+            self._heap = [(deadline_ms, name) for name, deadline_ms in self._pending.items()]
             heapq.heapify(self._heap)
 
     # -- rescans ----------------------------------------------------------
@@ -206,8 +215,12 @@ class Mover(WatchedDirDaemon):
         batch: list[InFlightName] = []
         while self._heap and self._heap[0][0] <= now and len(batch) < limit:
             _, name = heapq.heappop(self._heap)
-            item = self._pending.pop(name, None)
-            if item is not None:
+            if self._pending.pop(name, None) is None:
+                continue  # stale: left delay/ or already handled
+            item = parse_in_flight_name(name)
+            if item is None:
+                logger.debug("ignoring foreign file in delay/ name=%s", name)
+            else:
                 batch.append(item)
         return batch
 

@@ -81,6 +81,8 @@ DEFAULT_EXPIRE_INTERVAL_SECONDS = 60.0
 REAP_BATCH = 1024
 #: Watch tag of ``remove/``.
 _REMOVE_TAG = "remove"
+#: Seconds inotify events on ``remove/`` gather before one read, so unlinks go in batches.
+BATCH_WINDOW_SECONDS = 0.1
 #: Least seconds between two INFO summaries of reaping (each unlink is logged at DEBUG).
 REAP_SUMMARY_INTERVAL_SECONDS = 60.0
 
@@ -162,6 +164,9 @@ class Reaper(WatchedDirDaemon):
     log = logger
     dir_label = "remove/"
     watch_tag = _REMOVE_TAG
+    batch_window_seconds = BATCH_WINDOW_SECONDS
+    # Most departures from remove/ are this daemon's own unlinks: not worth an event each.
+    watch_departures = False
 
     def __init__(
         self,
@@ -198,8 +203,7 @@ class Reaper(WatchedDirDaemon):
         self._wake.set()
 
     def on_left(self, name: str) -> None:
-        """inotify: the entry left ``remove/``."""
-        self._pending.pop(name, None)
+        """Not called: departures from ``remove/`` are not watched (an entry gone meanwhile costs a failed unlink)."""
 
     async def rescan(self) -> None:
         """Re-establish the watch if lost, list ``remove/``, and sweep ``new/``.
