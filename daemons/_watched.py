@@ -139,7 +139,7 @@ class WatchedDirDaemon:
         self._wake.set()
 
     def _on_readable(self) -> None:
-        """inotify descriptor readable (on the loop): read now, or after the batch window."""
+        """inotify descriptor readable (on the loop): read now, or start reading in batch windows."""
         if self.batch_window_seconds <= 0:
             self._read_events()
             return
@@ -149,15 +149,26 @@ class WatchedDirDaemon:
         self._read_timer = self._loop.call_later(self.batch_window_seconds, self._read_batch)
 
     def _read_batch(self) -> None:
-        """End of the batch window: read every queued event, then watch the descriptor again."""
+        """End of a batch window: read every queued event.
+
+        While events keep coming, the next read is after another window (a
+        timer: one wake per window); once a window brought none, the daemon
+        waits for the descriptor again (no wake at all while idle).
+        """
         self._read_timer = None
         assert self.watcher is not None
-        self._read_events()
-        self._loop.add_reader(self.watcher.fileno(), self._on_readable)
-        self._reading = True
+        if self._read_events():
+            self._read_timer = self._loop.call_later(self.batch_window_seconds, self._read_batch)
+        else:
+            self._loop.add_reader(self.watcher.fileno(), self._on_readable)
+            self._reading = True
 
-    def _read_events(self) -> None:
-        """Dispatch the queued events to the hooks (on the loop); never blocks."""
+    def _read_events(self) -> bool:
+        """Dispatch the queued events to the hooks (on the loop); never blocks.
+
+        Returns:
+            True if there were any.
+        """
         assert self.watcher is not None
         changes = self.watcher.read_changes()
         if changes.overflow:
@@ -173,6 +184,7 @@ class WatchedDirDaemon:
             else:
                 on_left(name)
         self._after_events()
+        return bool(changes.names or changes.overflow or changes.gone)
 
     # -- start-up, rescans --------------------------------------------------
 

@@ -318,12 +318,15 @@ class Mover(WatchedDirDaemon):
 
     def _sleep_timeout(self, until_rescan_seconds: float) -> float:
         """Sleep until the next rescan or the earliest deadline, whichever comes first."""
+        now = self.store.clock()
+        # An arrival due after the rescan needs no wake: the loop runs then anyway.
+        self._sleep_until_ms = now + until_rescan_seconds * 1000
         deadline = self._next_deadline_ms()
-        if deadline is None:
+        if deadline is None or deadline >= self._sleep_until_ms:
             return until_rescan_seconds
         self._sleep_until_ms = deadline
         # +1 ms: wake at or after the deadline, never just before it.
-        return min(until_rescan_seconds, (deadline - self.store.clock() + 1) / 1000)
+        return (deadline - now + 1) / 1000
 
     def log_start_up(self) -> None:
         logger.info(
