@@ -25,14 +25,20 @@ in ``delay/`` at start-up stayed there forever):
 
 - a full scan of ``delay/`` at start-up, before the readiness line;
 - inotify on ``delay/`` (:class:`mqcore.watch.DirWatcher` on the event loop),
-  so a new lease or delayed send is known the moment it is made;
+  read in batches (:data:`BATCH_WINDOW_SECONDS` after the first event of a
+  burst, then every window while events keep coming: one wake of the process
+  per window, not one per lease), so a new lease or delayed send is known
+  within ~10 ms. Of an arrival only the deadline is parsed; the whole name
+  when it comes due;
 - a full rescan every ``--rescan-interval`` seconds, as a safety net for what
   inotify cannot see (other hosts on NFS, lost events, ``IN_Q_OVERFLOW``), and
   the only mechanism where inotify is unavailable (``MQ_NO_INOTIFY=1``).
 
 Known files sit in a heap ordered by deadline. The loop sleeps until the
 earliest deadline or the next rescan, whichever comes first, and is woken
-early only by an arrival that is due sooner: it never polls. Entries may be
+early only by an arrival that is due sooner: it never polls. Under a steady
+receive+delete load (every lease deleted long before its deadline) it wakes
+only to read the events. Entries may be
 stale (the message was deleted or redelivered elsewhere); handling one costs
 a failed rename and returns ``"gone"``.
 

@@ -6,8 +6,11 @@ Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
 - every entry of ``remove/`` is unlinked; a deleted queue's directory
   (``remove/Q.TOKEN.queue``) is removed with everything in it. Entries are
   found by a scan at start-up (what was there before it started), by inotify
-  on ``remove/`` as they arrive, and by a full rescan every
-  ``--rescan-interval`` seconds (NFS, lost events, no inotify);
+  on ``remove/`` (arrivals only, read in :data:`BATCH_WINDOW_SECONDS` windows,
+  so each batch of unlinks is one worker-thread call and one wake of the
+  process), and by a full rescan every ``--rescan-interval`` seconds (NFS, lost
+  events, no inotify). Each unlink is logged at DEBUG; INFO gets one summary a
+  minute at most;
 - at start-up and on every rescan, files in ``new/`` older than
   ``--new-grace`` seconds are unlinked (``Store.sweep_new``): a sender answers
   201 only after its file has left ``new/``, so such a file belongs to a
