@@ -240,9 +240,10 @@ class Mover(WatchedDirDaemon):
         """
         policies: dict[QueueName, LeasePolicy | None] = {}
         out: list[tuple[InFlightName, str | Exception, QueueName | None]] = []
+        store = self.store.at(now)  # one instant for the whole batch
         for item in batch:
             try:
-                out.append((item, *self._move_one(item, now, policies)))
+                out.append((item, *self._move_one(store, item, policies)))
             except (OSError, MQError) as exc:
                 out.append((item, exc, None))
         return out
@@ -257,9 +258,9 @@ class Mover(WatchedDirDaemon):
         return cache[queue]
 
     def _move_one(
-        self, item: InFlightName, now: int, policies: dict[QueueName, LeasePolicy | None]
+        self, store: Store, item: InFlightName, policies: dict[QueueName, LeasePolicy | None]
     ) -> tuple[str, QueueName | None]:
-        """Worker thread: remove, dead-letter or redeliver one due in-flight file.
+        """Worker thread: remove, dead-letter or redeliver one due in-flight file, judged at ``store``'s clock.
 
         Returns:
             What happened, and the dead-letter queue involved (or None). What happened:
@@ -269,7 +270,7 @@ class Mover(WatchedDirDaemon):
             file had already left ``delay/``).
         """
         policy = self._policy(item.queue, policies)
-        result = self.store.move_due(item, now, policy)
+        result = store.move_due(item, policy)
         if result == "dead_lettered":
             self._missing_dlq.discard(item.queue)
             return result, policy.dead_letter_queue if policy is not None else None
