@@ -6,8 +6,11 @@ Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
 - every entry of ``remove/`` is unlinked; a deleted queue's directory
   (``remove/Q.TOKEN.queue``) is removed with everything in it. Entries are
   found by a scan at start-up (what was there before it started), by inotify
-  on ``remove/`` as they arrive, and by a full rescan every
-  ``--rescan-interval`` seconds (NFS, lost events, no inotify);
+  on ``remove/`` (arrivals only, read in :data:`BATCH_WINDOW_SECONDS` windows,
+  so each batch of unlinks is one worker-thread call and one wake of the
+  process), and by a full rescan every ``--rescan-interval`` seconds (NFS, lost
+  events, no inotify). Each unlink is logged at DEBUG; INFO gets one summary a
+  minute at most;
 - at start-up and on every rescan, files in ``new/`` older than
   ``--new-grace`` seconds are unlinked (``Store.sweep_new``): a sender answers
   201 only after its file has left ``new/``, so such a file belongs to a
@@ -81,6 +84,8 @@ DEFAULT_EXPIRE_INTERVAL_SECONDS = 60.0
 REAP_BATCH = 1024
 #: Watch tag of ``remove/``.
 _REMOVE_TAG = "remove"
+#: Seconds inotify events on ``remove/`` gather before one read, so unlinks go in batches.
+BATCH_WINDOW_SECONDS = 0.1
 #: Least seconds between two INFO summaries of reaping (each unlink is logged at DEBUG).
 REAP_SUMMARY_INTERVAL_SECONDS = 60.0
 
@@ -162,6 +167,9 @@ class Reaper(WatchedDirDaemon):
     log = logger
     dir_label = "remove/"
     watch_tag = _REMOVE_TAG
+    batch_window_seconds = BATCH_WINDOW_SECONDS
+    # Most departures from remove/ are this daemon's own unlinks: not worth an event each.
+    watch_departures = False
 
     def __init__(
         self,
@@ -198,8 +206,7 @@ class Reaper(WatchedDirDaemon):
         self._wake.set()
 
     def on_left(self, name: str) -> None:
-        """inotify: the entry left ``remove/``."""
-        self._pending.pop(name, None)
+        """Not called: departures from ``remove/`` are not watched (an entry gone meanwhile costs a failed unlink)."""
 
     async def rescan(self) -> None:
         """Re-establish the watch if lost, list ``remove/``, and sweep ``new/``.

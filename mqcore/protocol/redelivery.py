@@ -79,7 +79,7 @@ class Redelivery(Leases):
         """
         return self._move_to_remove(self.layout.delay_path(item.filename), removed_name(item.queue, item.message_id))
 
-    def move_due(self, item: InFlightName, now: int | None, policy: LeasePolicy | None) -> str:
+    def move_due(self, item: InFlightName, policy: LeasePolicy | None) -> str:
         """Move on one due ``delay/`` file as mq-mover does (also the brokerless client's redelivery).
 
         In order: a purged or expired message goes to ``remove/``; one received
@@ -88,8 +88,8 @@ class Redelivery(Leases):
         is redelivered to its queue.
 
         Args:
-            item: The parsed ``delay/`` name, its deadline at or before the time of the decision.
-            now: Epoch ms of the decision (retention counts to it); None = the store's clock.
+            item: The parsed ``delay/`` name, its deadline at or before the store's clock (the
+                time of the decision, to which retention counts; ``Store.at(now)`` for a given one).
             policy: The queue's policy (:meth:`policy`), or None if the queue is gone.
         Returns:
             ``"purged"`` or ``"expired"`` (moved to ``remove/``), ``"dead_lettered"``,
@@ -101,7 +101,7 @@ class Redelivery(Leases):
         """
         kept = False
         if policy is not None:
-            if policy.is_gone(item.message_id, self._now(now)):
+            if policy.is_gone(item.message_id, self.clock()):
                 if not self.remove_in_flight(item):
                     return "gone"
                 return "purged" if policy.is_purged(item.message_id) else "expired"

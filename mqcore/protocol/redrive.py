@@ -70,7 +70,7 @@ class Redrives(Queues):
         """
         self.disk.replace_json(self.layout.queue_dir(queue), ".redrive", status)
 
-    def request_redrive_cancel(self, queue: QueueName, task_id: str, now: int | None = None) -> None:
+    def request_redrive_cancel(self, queue: QueueName, task_id: str) -> None:
         """Ask the daemon running redrive ``task_id`` out of ``queue`` to stop (``queues/Q/.redrive-cancel``).
 
         A file of its own, so the request cannot be overwritten by the
@@ -79,14 +79,12 @@ class Redrives(Queues):
 
         Args:
             queue: The dead-letter queue the task moves messages out of.
-            task_id: The task to stop.
-            now: Epoch ms of the request instead of the store's clock (kept for callers that
-                read the time themselves).
+            task_id: The task to stop (the request is stamped with the store's clock).
         Raises:
             QueueNotFound: The queue was deleted.
             StorageUnavailable: The file could not be written.
         """
-        request = {"task_id": task_id, "requested_ms": self._now(now)}
+        request = {"task_id": task_id, "requested_ms": self.clock()}
         self.disk.replace_json(self.layout.queue_dir(queue), REDRIVE_CANCEL_FILE, request)
 
     def redrive_cancel_request(self, queue: QueueName) -> dict[str, Any] | None:

@@ -160,7 +160,7 @@ def redeliver_due(store: Store, queue: QueueName, now: int, policy: LeasePolicy)
                 out.next_due_ms = item.deadline_ms
             continue
         try:
-            result = store.move_due(item, now, policy)
+            result = store.at(now).move_due(item, policy)
         except MQError as exc:
             logger.error("redelivery failed queue=%s id=%s error=%s", queue, item.message_id, exc)
             continue

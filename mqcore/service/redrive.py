@@ -198,7 +198,7 @@ def request_cancel(store: Store, source: QueueName, now: int) -> dict[str, Any]:
     status = read_status(store, source, now)
     if status is None or not redrive_running(status, now):
         raise RedriveNotRunning(f"no redrive out of {source!r} is running", queue=source)
-    store.request_redrive_cancel(source, status.get("task_id"), now)  # type: ignore[arg-type]
+    store.at(now).request_redrive_cancel(source, status.get("task_id"))  # type: ignore[arg-type]
     return {**status, "state": "cancelled", "updated_ms": now, "cancel_requested_ms": now}
 
 

@@ -278,7 +278,7 @@ def test_v1_files_are_counted_peeked_and_moved_when_due(tmp_path: Path) -> None:
     policy = store.policy(Q)
     for item in store.scan_in_flight():
         if item.deadline_ms <= FROZEN_MS:
-            assert store.move_due(item, FROZEN_MS, policy) == "redelivered"
+            assert store.at(FROZEN_MS).move_due(item, policy) == "redelivered"
     assert sorted(store.scan_ready(Q)) == sorted([ready_name(leased, 1), ready_name(delayed, 0)])
     got = store.at(FROZEN_MS).lease(Q, ready_name(leased, 1), VT_MS)
     assert got.receive_count == 2 and TOKEN_RE.fullmatch(parse_in_flight_name(got.receipt_handle).token)

@@ -548,13 +548,13 @@ def test_move_due_redelivers_dead_letters_and_keeps_without_a_dead_letter_queue(
     m = receive(store, vt_ms=0, now=now)
     assert m is not None
     item = parse_in_flight_name(m.in_flight_name)
-    assert store.move_due(item, now, store.policy(Q)) == "redelivered"
+    assert store.at(now).move_due(item, store.policy(Q)) == "redelivered"
     assert messages(store, f"queues/{Q}") == [ready_name(first, 1)]
     m = receive(store, vt_ms=0, now=now)
     item = parse_in_flight_name(m.in_flight_name)
-    assert store.move_due(item, now, store.policy(Q)) == "dead_lettered"
+    assert store.at(now).move_due(item, store.policy(Q)) == "dead_lettered"
     assert messages(store, f"queues/{DLQ}") == [ready_name(first, 2)]
-    assert store.move_due(item, now, store.policy(Q)) == "gone"
+    assert store.at(now).move_due(item, store.policy(Q)) == "gone"
 
     second = store.send(Q, b"b")
     for _ in range(2):
@@ -564,7 +564,7 @@ def test_move_due_redelivers_dead_letters_and_keeps_without_a_dead_letter_queue(
         if m.receive_count == 2:
             store.delete_queue(DLQ)
             policy = store.policy(Q)  # still names the deleted dead-letter queue
-            assert store.move_due(item, now, policy) == "kept"
+            assert store.at(now).move_due(item, policy) == "kept"
         else:
-            assert store.move_due(item, now, policy) == "redelivered"
+            assert store.at(now).move_due(item, policy) == "redelivered"
     assert messages(store, f"queues/{Q}") == [ready_name(second, 2)]
