@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from daemons import _runtime
+from daemons._handoff import Handoff
 from daemons._health import Health
 from daemons._metrics import BrokerMetrics
 from daemons._queues import Meta, QueueState, QueueStates
@@ -60,6 +61,8 @@ class Broker:
         self.defaults = settings.queue_defaults
         self.store = Store(settings.root)
         self.savers = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="mq-saver")
+        #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
+        self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
         self.queues = QueueStates(settings, self.store, self.savers)
         #: The wake-up maps of :attr:`queues` (long polls; senders waiting for room), by queue.
         self._arrivals = self.queues.arrivals
@@ -100,6 +103,7 @@ class Broker:
         if not self.stopping:
             await self.begin_stop()
         await self.queues.close()
+        self.remover.shutdown(wait=True)
         self.savers.shutdown(wait=True)
         self.store.close()
         self.health.close()
@@ -154,7 +158,7 @@ class Broker:
         """Delete a queue and all its messages (QueueNotFound if missing)."""
         fetcher = self.queues.fetcher_for(queue)
         async with fetcher.lock:
-            await self.run_in(fetcher.thread, self.store.delete_queue, queue)
+            await fetcher.thread.run(self.store.delete_queue, queue)
             self.queues.forget_queue(queue)
         self.redrives.stop(queue)
         logger.info("deleted queue=%s", queue)
@@ -250,7 +254,7 @@ class Broker:
             def purge() -> tuple[int, Meta]:
                 return self.store.purge(queue), self.queues.read_meta(queue)
 
-            removed, meta = await self.run_in(fetcher.thread, purge)
+            removed, meta = await fetcher.thread.run(purge)
             state = fetcher.queues.get(queue)
             if state is not None:
                 self.queues.apply_meta(queue, state, meta)
@@ -270,6 +274,14 @@ class Broker:
     async def _lease_some(self, request: ReceiveRequest, check_exists: bool) -> list[ReceivedMessage]:
         """Lease up to ``max_messages`` ready messages, oldest first, in as few fetcher round trips as possible.
 
+        The names are popped from the index on the loop and leased on the
+        queue's fetcher thread (:class:`daemons._handoff.Handoff`: its jobs run
+        in the order they were handed over, so receives keep the index's
+        order). Receives do not wait for each other's round trip: the receives
+        that arrive together are leased in one batch of the fetcher and
+        answered with one wake of the loop. A purge or a queue deletion holds
+        the fetcher's lock: a receive arriving meanwhile waits for it.
+
         An answer holds each message at most once. A message leased by an
         earlier round trip of this call can be ready again before the next
         one (visibility timeout 0: mq-mover redelivers it and inotify
@@ -287,17 +299,20 @@ class Broker:
         queue, wanted, partition = request.queue, request.max_messages, request.partition
         fetcher = self.queues.fetcher_for(queue)
         out: dict[str, ReceivedMessage] = {}
-        async with fetcher.lock:
-            state = await self.queues.queue_state(queue)
-            popped = False
-            held: list[str] = []
+        popped = False
+        held: list[str] = []
+        state = await self.queues.queue_state(queue)
+        try:
             while len(out) < wanted:
+                if fetcher.lock.locked():  # a purge or a queue deletion runs: pop after it
+                    async with fetcher.lock:
+                        pass
+                    state = await self.queues.queue_state(queue)
+                index = state.index
                 names: list[str] = []
                 while len(names) < wanted - len(out):
                     name = (
-                        state.index.pop_fuzzed(self.settings.peers)
-                        if partition is None
-                        else state.index.pop_oldest_in(*partition)
+                        index.pop_fuzzed(self.settings.peers) if partition is None else index.pop_oldest_in(*partition)
                     )
                     if name is None:
                         break
@@ -305,23 +320,25 @@ class Broker:
                 if not names:
                     break
                 popped = True
-                outcome = await self.run_in(
-                    fetcher.thread, lease_names, self.store, queue, names, request.visibility_timeout_ms, state.policy
+                outcome = await fetcher.thread.run(
+                    lease_names, self.store, queue, names, request.visibility_timeout_ms, state.policy
                 )
-                state.index.update(outcome.untried)
+                index.update(outcome.untried)
                 outcome.check(queue, len(out))
                 for message in outcome.messages:
                     out[message.message_id] = message
                 if outcome.error is not None:
                     break
+        finally:
             state.index.update(held)
             if popped:
                 self.queues.fire(self.queues.room, queue)
-            if not out and check_exists and not await self.run_in(fetcher.thread, self.store.queue_exists, queue):
-                self.queues.forget_queue(queue)
-                raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        if not out and check_exists and not await fetcher.thread.run(self.store.queue_exists, queue):
+            self.queues.forget_queue(queue)
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        leases = self.leases
         for message in out.values():
-            self.leases.received(message)
+            leases.received(message)
         self.counts.add("received", queue, len(out))
         return list(out.values())
 
@@ -388,7 +405,7 @@ class Broker:
         async with fetcher.lock:
             state = await self.queues.queue_state(queue)
             hints = self.leases.hints(handles)
-            messages = await self.run_in(fetcher.thread, relet, self.store, request, handles, state.policy, hints)
+            messages = await fetcher.thread.run(relet, self.store, request, handles, state.policy, hints)
             for message in messages:
                 state.index.discard(ready_name(message.message_id, message.receive_count - 1))
         self.queues.fire(self.queues.room, queue)
@@ -399,31 +416,44 @@ class Broker:
 
     # -- delete and visibility ----------------------------------------------------
 
+    def _sync_removed(self) -> None:
+        """After a batch of deletes (remover thread): make their renames into ``remove/`` durable (group commit).
+
+        Raises:
+            StorageUnavailable: The fsync failed; every delete of the batch answers 503.
+        """
+        self.store.disk.sync_dir(self.store.layout.remove, "fsync of remove/")
+
     async def delete(self, queue: QueueName, message_id: MessageId) -> str:
         """Delete a message by id wherever it is (SoftLayer); return where it was.
 
-        Hints from the index and from this process's leases make the usual
+        Hints from this process's leases and from the index make the usual
         case a single rename; when they miss (another process moved the
         message, or a redelivery's inotify event is still queued), the store
-        lists ``delay/`` and the queue directory before answering 404.
+        lists ``delay/`` and the queue directory before answering 404. The
+        rename runs on the remover thread, whose batch is made durable by one
+        fsync of ``remove/`` before any of its deletes is answered.
         """
-        if self.queues.watcher is not None:
+        in_flight = self.leases.pop_message(queue, message_id)
+        ready_hints = [ready_name(message_id, 0)]
+        if in_flight:
+            parsed = parse_in_flight_name(in_flight)
+            if parsed is not None:  # its lease may have ended: mq-mover made it ready again
+                ready_hints.append(ready_name(message_id, parsed.receive_count))
+        elif self.queues.watcher is not None:
+            # Not leased here: the index is the hint, made current first (a queued inotify event
+            # may name a redelivery). A leased message needs no index: it is not ready, or if mq-mover
+            # just made it ready, the name above is its name and the queued events cancel out.
             self.queues.on_watch_events()
         state = self.queues.fetcher_for(queue).queues.get(queue)
-        ready_hints = [ready_name(message_id, 0)]
         indexed = state.index.name_for(message_id) if state is not None else None
         if indexed:
             ready_hints.insert(0, indexed)
-        in_flight = self.leases.pop_message(queue, message_id)
-        if in_flight:
-            parsed = parse_in_flight_name(in_flight)
-            if parsed is not None:
-                ready_hints.append(ready_name(message_id, parsed.receive_count))
-        where = await self.run_in(
-            self.savers,
+        in_flight_hint = [in_flight] if in_flight else []
+        where = await self.remover.run(
             lambda: self.store.delete(
-                queue, message_id, ready_hint=ready_hints, in_flight_hint=[in_flight] if in_flight else []
-            ),
+                queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
+            )
         )
         if indexed and state is not None:
             state.index.discard(indexed)
@@ -434,6 +464,9 @@ class Broker:
 
     async def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle) -> tuple[str, str]:
         """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
+
+        The rename runs on the remover thread, whose batch is made durable by
+        one fsync of ``remove/`` before any of its deletes is answered.
 
         Args:
             queue: The queue.
@@ -446,7 +479,7 @@ class Broker:
             MessageNotFound: Already gone (404).
         """
         hint = self.leases.current(handle)
-        where = await self.run_in(self.savers, self.store.delete_by_handle, queue, handle, hint)
+        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
         self.leases.released(handle)
         if where == "ready":
             state = self.queues.fetcher_for(queue).queues.get(queue)

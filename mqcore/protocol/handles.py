@@ -174,7 +174,9 @@ class Handles(Leases):
             names = [found]
         raise self._lease_over(lease, in_flight_ok=False)
 
-    def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle | str, hint: str | None = None) -> str:
+    def delete_by_handle(
+        self, queue: QueueName, handle: ReceiptHandle | str, hint: str | None = None, *, sync: bool = True
+    ) -> str:
         """Delete the message ``handle`` received, only if no later receive took it (SQS: DeleteMessage).
 
         Tries the lease's ``delay/`` file (the handle, ``hint``, then a listing
@@ -182,7 +184,9 @@ class Handles(Leases):
         another lease of the message), then ``queues/Q/ID.RC`` with the
         handle's receive count (the lease expired but nobody received the
         message since, so this handle is still the latest). ``remove/`` is
-        fsynced before returning.
+        fsynced before returning, unless ``sync`` is False: then the caller
+        fsyncs ``remove/`` itself before it tells anyone the message is deleted
+        (the daemon's group commit of a batch of deletes).
 
         Returns:
             ``"in_flight"`` or ``"ready"``: where the message was.
@@ -210,7 +214,8 @@ class Handles(Leases):
                 where = "ready"
         if where is None:
             raise self._lease_over(lease, in_flight_ok=True)
-        self.disk.sync_dir(self.layout.remove, "fsync of remove/")
+        if sync:
+            self.disk.sync_dir(self.layout.remove, "fsync of remove/")
         return where
 
     def _lease_over(self, parsed: InFlightName, *, in_flight_ok: bool) -> MQError:
