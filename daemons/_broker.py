@@ -511,7 +511,7 @@ class Broker:
         vt_ms = visibility_timeout_seconds * 1000
         now = now_ms()
         new = await self.run_in(
-            self.savers, lambda: self.store.change_visibility(queue, handle, vt_ms, now=now, hint=hint)
+            self.savers, lambda: self.store.at(now).change_visibility(queue, handle, vt_ms, hint=hint)
         )
         if vt_ms == 0:
             self.leases.released(handle)

@@ -118,12 +118,12 @@ class Handles(Leases):
         queue: QueueName,
         handle: ReceiptHandle | str,
         visibility_timeout_ms: int,
-        now: int | None = None,
         hint: str | None = None,
     ) -> str:
         """Extend, shorten or end the lease ``handle`` made (SQS: ChangeMessageVisibility).
 
-        The new deadline counts from the store's clock (or ``now``). The rename of the lease's
+        The new deadline counts from the store's clock (:meth:`at` fixes it, e.g.
+        to the time a caller answers with). The rename of the lease's
         current ``delay/`` file is the compare-and-swap: if mq-mover
         redelivered it first, the rename fails and nothing changes. The
         lease keeps its key (``Q.ID.RC.LT``): only the deadline in the name
@@ -134,8 +134,6 @@ class Handles(Leases):
             handle: Receipt handle from a receive.
             visibility_timeout_ms: New timeout from now, in ms; 0 makes the
                 message ready at once (renamed straight back into its queue).
-            now: Epoch ms to count from instead of the store's clock (kept for callers that
-                read the time themselves; :meth:`at` is the way to fix it for several calls).
             hint: The lease's current ``delay/`` name if the caller remembers it.
         Returns:
             The lease's new ``delay/`` name (usable as the handle from now on;
@@ -151,7 +149,7 @@ class Handles(Leases):
         lease = parsed.lease
         if visibility_timeout_ms > 0:
             new_name = in_flight_name(
-                self._now(now) + visibility_timeout_ms, queue, lease.message_id, lease.receive_count, lease.token
+                self.clock() + visibility_timeout_ms, queue, lease.message_id, lease.receive_count, lease.token
             )
             target = self.layout.delay_path(new_name)
         else:
