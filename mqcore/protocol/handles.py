@@ -3,8 +3,9 @@
 A receipt handle is the ``delay/`` name its receive made; a change of
 visibility renames the file to a new deadline and keeps the lease key
 (``Q.ID.RC.LT``), so a handle names exactly one lease for its whole life.
-Methods take a parsed :class:`~mqcore.names.ReceiptHandle`; a ``str`` is still
-accepted (and parsed once, on entry) while callers move to the parsed form.
+Methods take a parsed :class:`~mqcore.names.ReceiptHandle` (parsed once, where
+the handle entered: an HTTP route, a client call, an attempt record read from disk)
+and check that it is of the queue named.
 """
 
 from __future__ import annotations
@@ -33,17 +34,15 @@ class Handles(Leases):
     """What a receipt handle lets its holder do to the one lease it names."""
 
     @staticmethod
-    def _handle(queue: QueueName, handle: ReceiptHandle | str) -> ReceiptHandle:
-        """``handle`` as a :class:`ReceiptHandle` of ``queue`` (a ``str`` is parsed here, once).
+    def _handle(queue: QueueName, handle: ReceiptHandle) -> ReceiptHandle:
+        """``handle``, if it is of ``queue``.
 
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
         """
-        if isinstance(handle, str):
-            return ReceiptHandle.parse(handle, queue)
         return handle.check(queue)
 
-    def find_lease(self, queue: QueueName, handle: ReceiptHandle | str, hint: str | None = None) -> str | None:
+    def find_lease(self, queue: QueueName, handle: ReceiptHandle, hint: str | None = None) -> str | None:
         """The current ``delay/`` name of the lease ``handle`` made, or None if that lease is over.
 
         Tries the handle itself (no change of visibility since), then ``hint``
@@ -53,19 +52,19 @@ class Handles(Leases):
         of the same message.
 
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
         """
         parsed = self._handle(queue, handle)
         return self._present(self._candidates(parsed, hint)) or self._search_lease(parsed.lease)
 
     def find_leases(
-        self, queue: QueueName, handles: Sequence[ReceiptHandle | str], hints: Mapping[str, str] | None = None
+        self, queue: QueueName, handles: Sequence[ReceiptHandle], hints: Mapping[str, str] | None = None
     ) -> dict[str, str]:
         """Current ``delay/`` names of the leases several handles made, with at most one listing of ``delay/``.
 
         Like :meth:`find_lease` for each handle, but the handles neither found
         by name nor by ``hints`` (handle text -> remembered name) share one
-        listing. Malformed handles and handles of other queues are left out.
+        listing. Handles of other queues are left out.
 
         Returns:
             handle text -> current ``delay/`` name, for the leases still in flight.
@@ -116,7 +115,7 @@ class Handles(Leases):
     def change_visibility(
         self,
         queue: QueueName,
-        handle: ReceiptHandle | str,
+        handle: ReceiptHandle,
         visibility_timeout_ms: int,
         hint: str | None = None,
     ) -> str:
@@ -139,7 +138,7 @@ class Handles(Leases):
             The lease's new ``delay/`` name (usable as the handle from now on;
             the old one keeps working); for a release, the handle's text unchanged.
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
             MessageNotInFlight: The lease expired and the message is ready again, not yet received.
             StaleReceiptHandle: The message was received again since.
             MessageNotFound: The message is gone (deleted, dead-lettered, purged, expired).
@@ -173,7 +172,7 @@ class Handles(Leases):
         raise self._lease_over(lease, in_flight_ok=False)
 
     def delete_by_handle(
-        self, queue: QueueName, handle: ReceiptHandle | str, hint: str | None = None, *, sync: bool = True
+        self, queue: QueueName, handle: ReceiptHandle, hint: str | None = None, *, sync: bool = True
     ) -> str:
         """Delete the message ``handle`` received, only if no later receive took it (SQS: DeleteMessage).
 
@@ -189,7 +188,7 @@ class Handles(Leases):
         Returns:
             ``"in_flight"`` or ``"ready"``: where the message was.
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
             StaleReceiptHandle: The message was received again since (the newer lease is untouched).
             MessageNotFound: The message is gone.
             QueueNotFound: The queue was deleted.
@@ -274,7 +273,7 @@ class Handles(Leases):
     def relet(
         self,
         queue: QueueName,
-        handle: ReceiptHandle | str,
+        handle: ReceiptHandle,
         visibility_timeout_ms: int,
         policy: LeasePolicy | None = None,
         hint: str | None = None,
@@ -293,7 +292,7 @@ class Handles(Leases):
         Returns:
             The message, or None if it is gone or was received by someone else since.
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
         """
         parsed = self._handle(queue, handle)
         message_id, count = parsed.message_id, parsed.lease.receive_count
