@@ -57,7 +57,6 @@ class Handoff(Executor):
         self._jobs: deque[_Job] = deque()
         self._idle = False
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -67,10 +66,7 @@ class Handoff(Executor):
         Raises:
             RuntimeError: The handoff was shut down.
         """
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._put((fn, args, future))
         return future
 
