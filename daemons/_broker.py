@@ -304,7 +304,7 @@ class Broker:
         state = await self.queues.queue_state(queue)
         try:
             while len(out) < wanted:
-                if fetcher.lock.locked():  # a purge or a queue deletion runs: pop after it
+                if fetcher.lock.locked():  # a purge, queue deletion or attempt retry runs: pop after it
                     async with fetcher.lock:
                         pass
                     state = await self.queues.queue_state(queue)
