@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from daemons import _runtime
+from daemons._handoff import Handoff
 from daemons._health import Health
 from daemons._metrics import BrokerMetrics
 from daemons._queues import Meta, QueueState, QueueStates
@@ -61,6 +62,8 @@ class Broker:
         self.defaults = settings.queue_defaults
         self.store = Store(settings.root)
         self.savers = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="mq-saver")
+        #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
+        self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
         self.queues = QueueStates(settings, self.store, self.savers)
         #: The wake-up maps of :attr:`queues` (long polls; senders waiting for room), by queue.
         self._arrivals = self.queues.arrivals
@@ -102,6 +105,7 @@ class Broker:
             await self.begin_stop()
         await self.queues.close()
         self.sender.close()
+        self.remover.shutdown(wait=True)
         self.savers.shutdown(wait=True)
         self.store.close()
         self.health.close()
@@ -156,7 +160,7 @@ class Broker:
         """Delete a queue and all its messages (QueueNotFound if missing)."""
         fetcher = self.queues.fetcher_for(queue)
         async with fetcher.lock:
-            await self.run_in(fetcher.thread, self.store.delete_queue, queue)
+            await fetcher.thread.run(self.store.delete_queue, queue)
             self.queues.forget_queue(queue)
         self.redrives.stop(queue)
         logger.info("deleted queue=%s", queue)
@@ -252,7 +256,7 @@ class Broker:
             def purge() -> tuple[int, Meta]:
                 return self.store.purge(queue), self.queues.read_meta(queue)
 
-            removed, meta = await self.run_in(fetcher.thread, purge)
+            removed, meta = await fetcher.thread.run(purge)
             state = fetcher.queues.get(queue)
             if state is not None:
                 self.queues.apply_meta(queue, state, meta)
@@ -272,6 +276,14 @@ class Broker:
     async def _lease_some(self, request: ReceiveRequest, check_exists: bool) -> list[ReceivedMessage]:
         """Lease up to ``max_messages`` ready messages, oldest first, in as few fetcher round trips as possible.
 
+        The names are popped from the index on the loop and leased on the
+        queue's fetcher thread (:class:`daemons._handoff.Handoff`: its jobs run
+        in the order they were handed over, so receives keep the index's
+        order). Receives do not wait for each other's round trip: the receives
+        that arrive together are leased in one batch of the fetcher and
+        answered with one wake of the loop. A purge or a queue deletion holds
+        the fetcher's lock: a receive arriving meanwhile waits for it.
+
         An answer holds each message at most once. A message leased by an
         earlier round trip of this call can be ready again before the next
         one (visibility timeout 0: mq-mover redelivers it and inotify
@@ -289,51 +301,63 @@ class Broker:
         queue, wanted, partition = request.queue, request.max_messages, request.partition
         fetcher = self.queues.fetcher_for(queue)
         out: dict[str, ReceivedMessage] = {}
-        async with fetcher.lock:
+        popped = False
+        held: list[str] = []
+        fifo = is_fifo_queue(queue)
+        if fifo:  # one receive of a FIFO queue at a time here: its group check and its leases go together (19.3)
+            await fetcher.lock.acquire()
+        try:
             state = await self.queues.queue_state(queue)
-            popped = False
-            held: list[str] = []
-            fifo = is_fifo_queue(queue)
-            while len(out) < wanted:
-                names: list[str] = []
-                room = wanted - len(out)
-                while len(names) < (FIFO_ROUND_NAMES if fifo else room):  # FIFO: past blocked groups in few rounds
-                    name = (
-                        state.index.pop_fuzzed(0 if fifo else self.settings.peers)  # FIFO: oldest first
-                        if partition is None
-                        else state.index.pop_oldest_in(*partition)
-                    )
-                    if name is None:
+            try:
+                while len(out) < wanted:
+                    if not fifo and fetcher.lock.locked():  # a purge, queue deletion or attempt retry: pop after it
+                        async with fetcher.lock:
+                            pass
+                        state = await self.queues.queue_state(queue)
+                    index = state.index
+                    names: list[str] = []
+                    room = wanted - len(out)
+                    while len(names) < (FIFO_ROUND_NAMES if fifo else room):  # FIFO: past blocked groups in few rounds
+                        name = (
+                            index.pop_fuzzed(0 if fifo else self.settings.peers)  # FIFO: oldest first
+                            if partition is None
+                            else index.pop_oldest_in(*partition)
+                        )
+                        if name is None:
+                            break
+                        (held if name.partition(".")[0] in out else names).append(name)
+                    if not names:
                         break
-                    (held if name.partition(".")[0] in out else names).append(name)
-                if not names:
-                    break
-                popped = True
-                outcome = await self.run_in(
-                    fetcher.thread,
-                    lease_names,
-                    self.store,
-                    queue,
-                    names,
-                    request.visibility_timeout_ms,
-                    state.policy,
-                    room if fifo else None,
-                )
-                state.index.update(outcome.untried)
-                held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
-                outcome.check(queue, len(out))
-                for message in outcome.messages:
-                    out[message.message_id] = message
-                if outcome.error is not None:
-                    break
-            state.index.update(held)
-            if popped:
-                self.queues.fire(self.queues.room, queue)
-            if not out and check_exists and not await self.run_in(fetcher.thread, self.store.queue_exists, queue):
-                self.queues.forget_queue(queue)
-                raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+                    popped = True
+                    outcome = await fetcher.thread.run(
+                        lease_names,
+                        self.store,
+                        queue,
+                        names,
+                        request.visibility_timeout_ms,
+                        state.policy,
+                        room if fifo else None,
+                    )
+                    index.update(outcome.untried)
+                    held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
+                    outcome.check(queue, len(out))
+                    for message in outcome.messages:
+                        out[message.message_id] = message
+                    if outcome.error is not None:
+                        break
+            finally:
+                state.index.update(held)
+                if popped:
+                    self.queues.fire(self.queues.room, queue)
+        finally:
+            if fifo:
+                fetcher.lock.release()
+        if not out and check_exists and not await fetcher.thread.run(self.store.queue_exists, queue):
+            self.queues.forget_queue(queue)
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        leases = self.leases
         for message in out.values():
-            self.leases.received(message)
+            leases.received(message)
         self.counts.add("received", queue, len(out))
         return list(out.values())
 
@@ -403,7 +427,7 @@ class Broker:
         async with fetcher.lock:
             state = await self.queues.queue_state(queue)
             hints = self.leases.hints(handles)
-            messages = await self.run_in(fetcher.thread, relet, self.store, request, handles, state.policy, hints)
+            messages = await fetcher.thread.run(relet, self.store, request, handles, state.policy, hints)
             for message in messages:
                 state.index.discard(ready_name(message.message_id, message.receive_count - 1))
         self.queues.fire(self.queues.room, queue)
@@ -414,31 +438,44 @@ class Broker:
 
     # -- delete and visibility ----------------------------------------------------
 
+    def _sync_removed(self) -> None:
+        """After a batch of deletes (remover thread): make their renames into ``remove/`` durable (group commit).
+
+        Raises:
+            StorageUnavailable: The fsync failed; every delete of the batch answers 503.
+        """
+        self.store.disk.sync_dir(self.store.layout.remove, "fsync of remove/")
+
     async def delete(self, queue: QueueName, message_id: MessageId) -> str:
         """Delete a message by id wherever it is (SoftLayer); return where it was.
 
-        Hints from the index and from this process's leases make the usual
+        Hints from this process's leases and from the index make the usual
         case a single rename; when they miss (another process moved the
         message, or a redelivery's inotify event is still queued), the store
-        lists ``delay/`` and the queue directory before answering 404.
+        lists ``delay/`` and the queue directory before answering 404. The
+        rename runs on the remover thread, whose batch is made durable by one
+        fsync of ``remove/`` before any of its deletes is answered.
         """
-        if self.queues.watcher is not None:
+        in_flight = self.leases.pop_message(queue, message_id)
+        ready_hints = [ready_name(message_id, 0)]
+        if in_flight:
+            parsed = parse_in_flight_name(in_flight)
+            if parsed is not None:  # its lease may have ended: mq-mover made it ready again
+                ready_hints.append(ready_name(message_id, parsed.receive_count))
+        elif self.queues.watcher is not None:
+            # Not leased here: the index is the hint, made current first (a queued inotify event
+            # may name a redelivery). A leased message needs no index: it is not ready, or if mq-mover
+            # just made it ready, the name above is its name and the queued events cancel out.
             self.queues.on_watch_events()
         state = self.queues.fetcher_for(queue).queues.get(queue)
-        ready_hints = [ready_name(message_id, 0)]
         indexed = state.index.name_for(message_id) if state is not None else None
         if indexed:
             ready_hints.insert(0, indexed)
-        in_flight = self.leases.pop_message(queue, message_id)
-        if in_flight:
-            parsed = parse_in_flight_name(in_flight)
-            if parsed is not None:
-                ready_hints.append(ready_name(message_id, parsed.receive_count))
-        where = await self.run_in(
-            self.savers,
+        in_flight_hint = [in_flight] if in_flight else []
+        where = await self.remover.run(
             lambda: self.store.delete(
-                queue, message_id, ready_hint=ready_hints, in_flight_hint=[in_flight] if in_flight else []
-            ),
+                queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
+            )
         )
         if indexed and state is not None:
             state.index.discard(indexed)
@@ -449,6 +486,9 @@ class Broker:
 
     async def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle) -> tuple[str, str]:
         """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
+
+        The rename runs on the remover thread, whose batch is made durable by
+        one fsync of ``remove/`` before any of its deletes is answered.
 
         Args:
             queue: The queue.
@@ -461,7 +501,7 @@ class Broker:
             MessageNotFound: Already gone (404).
         """
         hint = self.leases.current(handle)
-        where = await self.run_in(self.savers, self.store.delete_by_handle, queue, handle, hint)
+        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
         self.leases.released(handle)
         if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
             self.queues.fire(self.queues.arrivals, queue)
@@ -495,7 +535,7 @@ class Broker:
         vt_ms = visibility_timeout_seconds * 1000
         now = now_ms()
         new = await self.run_in(
-            self.savers, lambda: self.store.change_visibility(queue, handle, vt_ms, now=now, hint=hint)
+            self.savers, lambda: self.store.at(now).change_visibility(queue, handle, vt_ms, hint=hint)
         )
         if vt_ms == 0:
             self.leases.released(handle)

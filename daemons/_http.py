@@ -45,6 +45,7 @@ from mqcore.service.requests import (
     PEEK_LIMIT,
     REDRIVE_RATE,
     VISIBILITY_TIMEOUT_SECONDS,
+    ReceiveArgs,
     check_after,
     check_message_size,
     check_prefix,
@@ -534,7 +535,10 @@ async def receive_message(request: web.Request) -> web.Response:
     X-Message-Attributes (JSON, only if the message has attributes).
     """
     queue = check_queue_name(request.match_info["queue"])
-    args, as_json = receive_args_from_query(query_params(request, _RECEIVE_PARAMS))
+    if request.query_string:
+        args, as_json = receive_args_from_query(query_params(request, _RECEIVE_PARAMS))
+    else:  # the usual receive: every default
+        args, as_json = ReceiveArgs(), False
     messages = await request.app[BROKER].receive(queue, args)
     if messages and is_fifo_queue(queue):  # the group ids of messages re-let by an attempt id, from their files
         broker = request.app[BROKER]
@@ -628,7 +632,10 @@ async def delete_message(request: web.Request) -> web.Response:
         _, where = await broker.delete_by_handle(queue, check_handle(params["receipt_handle"], queue, message_id))
     else:
         where = await broker.delete(queue, message_id)
-    return web.json_response({"message_id": message_id, "deleted": True, "was": where})
+    # json.dumps of {"message_id", "deleted": true, "was"}, preformatted: an id is a UUID, "was" a fixed word.
+    return web.Response(
+        text=f'{{"message_id": "{message_id}", "deleted": true, "was": "{where}"}}', content_type="application/json"
+    )
 
 
 async def change_visibility(request: web.Request) -> web.Response:

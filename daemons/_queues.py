@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from daemons._handoff import Handoff
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
@@ -94,12 +95,18 @@ class Signal:
 
 
 class Fetcher:
-    """One fetcher of a worker pair: a lock and a thread that serialize receives of its queues."""
+    """One fetcher of a worker pair: a thread that runs the receives of its queues in order, and a lock.
+
+    The thread is a :class:`daemons._handoff.Handoff` (receives handed over
+    together are leased in one batch). The lock is held by what must not
+    interleave with receives (a purge, a queue deletion, an attempt's retry);
+    a receive waits for it before it pops names from the index.
+    """
 
     def __init__(self, number: int) -> None:
         self.number = number
         self.lock = asyncio.Lock()
-        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mq-fetcher-{number}")
+        self.thread = Handoff(f"mq-fetcher-{number}")
         self.queues: dict[QueueName, QueueState] = {}
 
 
@@ -272,7 +279,7 @@ class QueueStates:
         early: list[DirEvent] = []
         self._early_events[queue] = early
         try:
-            names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
+            names, meta = await fetcher.thread.run(self._list_and_read, queue)
         except BaseException:
             if self._early_events.get(queue) is early:
                 del self._early_events[queue]
@@ -428,7 +435,7 @@ class QueueStates:
             return
         mark = listed.index.mark()
         try:
-            names, meta = await self._in(fetcher.thread, self._list_and_read, queue)
+            names, meta = await fetcher.thread.run(self._list_and_read, queue)
         except QueueNotFound:
             self.forget_queue(queue)
             return

@@ -272,7 +272,7 @@ class LocalClient:
         timeout = VISIBILITY_TIMEOUT_SECONDS.check(timeout_seconds, key="field")
         handle = check_handle(receipt_handle, name)
         now = now_ms()
-        current = self.store.change_visibility(name, handle, timeout * 1000, now=now, hint=self._leases.current(handle))
+        current = self.store.at(now).change_visibility(name, handle, timeout * 1000, hint=self._leases.current(handle))
         if timeout == 0:
             self._leases.released(handle)
             return now

@@ -22,15 +22,29 @@ class Deletes(Queues):
         ready_hint: Iterable[str] = (),
         in_flight_hint: Iterable[str] = (),
         list_ready: bool = True,
+        sync: bool = True,
     ) -> str:
         """Delete a message wherever it is: move it into ``remove/Q.ID``.
 
-        Tries, in order: ``new/Q.ID``; the ready and in-flight names given as
-        hints (from in-memory indexes); then a listing of ``delay/`` and, unless
-        ``list_ready`` is False (the caller's index of the queue is kept fresh by
-        inotify), of the queue directory. The first rename that succeeds wins. ``remove/`` is
+        Tries, in order: the in-flight names given as hints (a lease the caller
+        remembers: the usual delete after a receive is this one rename);
+        ``new/Q.ID``; the ready names given as hints (from in-memory indexes);
+        then a listing of ``delay/`` and, unless ``list_ready`` is False (the
+        caller's index of the queue is kept fresh by inotify), of the queue
+        directory. The first rename that succeeds wins (a message file is in
+        one place at a time, so the order only decides how soon). ``remove/`` is
         fsynced (group commit) before returning, so a delete is not undone by
         a power cut.
+
+        Args:
+            queue: The queue.
+            message_id: The message.
+            ready_hint: Ready names ``ID.RC`` the message may have.
+            in_flight_hint: ``delay/`` names the message may have.
+            list_ready: Also list the queue directory when every hint missed.
+            sync: Fsync ``remove/`` before returning. False only for a caller that
+                fsyncs ``remove/`` itself before it tells anyone the message is
+                deleted (the daemon's group commit of a batch of deletes).
 
         Returns:
             Where the message was: ``"new"``, ``"ready"`` or ``"in_flight"``.
@@ -44,7 +58,8 @@ class Deletes(Queues):
         if where is None:
             self._require_queue(queue)
             raise MessageNotFound(f"message {message_id} is not in queue {queue!r}", queue=queue, message_id=message_id)
-        self.disk.sync_dir(self.layout.remove, "fsync of remove/")
+        if sync:
+            self.disk.sync_dir(self.layout.remove, "fsync of remove/")
         return where
 
     def _delete_somewhere(
@@ -56,15 +71,15 @@ class Deletes(Queues):
         in_flight_hint: Iterable[str],
         list_ready: bool,
     ) -> str | None:
+        for name in in_flight_hint:
+            if self._move_to_remove(self.layout.delay_path(name), target):
+                return "in_flight"
         if self._move_to_remove(self.layout.new_path(queue, message_id), target):
             return "new"
         qdir = self.layout.queue_dir(queue)
         for name in ready_hint:
             if self._move_to_remove(os.path.join(qdir, name), target):
                 return "ready"
-        for name in in_flight_hint:
-            if self._move_to_remove(self.layout.delay_path(name), target):
-                return "in_flight"
         suffix = f".{queue}.{message_id}."
         for name in listdir(self.layout.delay):
             if suffix in name and self._move_to_remove(self.layout.delay_path(name), target):

@@ -3,8 +3,9 @@
 A receipt handle is the ``delay/`` name its receive made; a change of
 visibility renames the file to a new deadline and keeps the lease key
 (``Q.ID.RC.LT``), so a handle names exactly one lease for its whole life.
-Methods take a parsed :class:`~mqcore.names.ReceiptHandle`; a ``str`` is still
-accepted (and parsed once, on entry) while callers move to the parsed form.
+Methods take a parsed :class:`~mqcore.names.ReceiptHandle` (parsed once, where
+the handle entered: an HTTP route, a client call, an attempt record read from disk)
+and check that it is of the queue named.
 """
 
 from __future__ import annotations
@@ -33,17 +34,15 @@ class Handles(Leases):
     """What a receipt handle lets its holder do to the one lease it names."""
 
     @staticmethod
-    def _handle(queue: QueueName, handle: ReceiptHandle | str) -> ReceiptHandle:
-        """``handle`` as a :class:`ReceiptHandle` of ``queue`` (a ``str`` is parsed here, once).
+    def _handle(queue: QueueName, handle: ReceiptHandle) -> ReceiptHandle:
+        """``handle``, if it is of ``queue``.
 
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
         """
-        if isinstance(handle, str):
-            return ReceiptHandle.parse(handle, queue)
         return handle.check(queue)
 
-    def find_lease(self, queue: QueueName, handle: ReceiptHandle | str, hint: str | None = None) -> str | None:
+    def find_lease(self, queue: QueueName, handle: ReceiptHandle, hint: str | None = None) -> str | None:
         """The current ``delay/`` name of the lease ``handle`` made, or None if that lease is over.
 
         Tries the handle itself (no change of visibility since), then ``hint``
@@ -53,19 +52,19 @@ class Handles(Leases):
         of the same message.
 
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
         """
         parsed = self._handle(queue, handle)
         return self._present(self._candidates(parsed, hint)) or self._search_lease(parsed.lease)
 
     def find_leases(
-        self, queue: QueueName, handles: Sequence[ReceiptHandle | str], hints: Mapping[str, str] | None = None
+        self, queue: QueueName, handles: Sequence[ReceiptHandle], hints: Mapping[str, str] | None = None
     ) -> dict[str, str]:
         """Current ``delay/`` names of the leases several handles made, with at most one listing of ``delay/``.
 
         Like :meth:`find_lease` for each handle, but the handles neither found
         by name nor by ``hints`` (handle text -> remembered name) share one
-        listing. Malformed handles and handles of other queues are left out.
+        listing. Handles of other queues are left out.
 
         Returns:
             handle text -> current ``delay/`` name, for the leases still in flight.
@@ -116,14 +115,14 @@ class Handles(Leases):
     def change_visibility(
         self,
         queue: QueueName,
-        handle: ReceiptHandle | str,
+        handle: ReceiptHandle,
         visibility_timeout_ms: int,
-        now: int | None = None,
         hint: str | None = None,
     ) -> str:
         """Extend, shorten or end the lease ``handle`` made (SQS: ChangeMessageVisibility).
 
-        The new deadline counts from the store's clock (or ``now``). The rename of the lease's
+        The new deadline counts from the store's clock (:meth:`at` fixes it, e.g.
+        to the time a caller answers with). The rename of the lease's
         current ``delay/`` file is the compare-and-swap: if mq-mover
         redelivered it first, the rename fails and nothing changes. The
         lease keeps its key (``Q.ID.RC.LT``): only the deadline in the name
@@ -134,14 +133,12 @@ class Handles(Leases):
             handle: Receipt handle from a receive.
             visibility_timeout_ms: New timeout from now, in ms; 0 makes the
                 message ready at once (renamed straight back into its queue).
-            now: Epoch ms to count from instead of the store's clock (kept for callers that
-                read the time themselves; :meth:`at` is the way to fix it for several calls).
             hint: The lease's current ``delay/`` name if the caller remembers it.
         Returns:
             The lease's new ``delay/`` name (usable as the handle from now on;
             the old one keeps working); for a release, the handle's text unchanged.
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
             MessageNotInFlight: The lease expired and the message is ready again, not yet received.
             StaleReceiptHandle: The message was received again since.
             MessageNotFound: The message is gone (deleted, dead-lettered, purged, expired).
@@ -151,7 +148,7 @@ class Handles(Leases):
         lease = parsed.lease
         if visibility_timeout_ms > 0:
             new_name = in_flight_name(
-                self._now(now) + visibility_timeout_ms, queue, lease.message_id, lease.receive_count, lease.token
+                self.clock() + visibility_timeout_ms, queue, lease.message_id, lease.receive_count, lease.token
             )
             target = self.layout.delay_path(new_name)
         else:
@@ -174,7 +171,9 @@ class Handles(Leases):
             names = [found]
         raise self._lease_over(lease, in_flight_ok=False)
 
-    def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle | str, hint: str | None = None) -> str:
+    def delete_by_handle(
+        self, queue: QueueName, handle: ReceiptHandle, hint: str | None = None, *, sync: bool = True
+    ) -> str:
         """Delete the message ``handle`` received, only if no later receive took it (SQS: DeleteMessage).
 
         Tries the lease's ``delay/`` file (the handle, ``hint``, then a listing
@@ -182,12 +181,14 @@ class Handles(Leases):
         another lease of the message), then ``queues/Q/ID.RC`` with the
         handle's receive count (the lease expired but nobody received the
         message since, so this handle is still the latest). ``remove/`` is
-        fsynced before returning.
+        fsynced before returning, unless ``sync`` is False: then the caller
+        fsyncs ``remove/`` itself before it tells anyone the message is deleted
+        (the daemon's group commit of a batch of deletes).
 
         Returns:
             ``"in_flight"`` or ``"ready"``: where the message was.
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
             StaleReceiptHandle: The message was received again since (the newer lease is untouched).
             MessageNotFound: The message is gone.
             QueueNotFound: The queue was deleted.
@@ -210,7 +211,8 @@ class Handles(Leases):
                 where = "ready"
         if where is None:
             raise self._lease_over(lease, in_flight_ok=True)
-        self.disk.sync_dir(self.layout.remove, "fsync of remove/")
+        if sync:
+            self.disk.sync_dir(self.layout.remove, "fsync of remove/")
         return where
 
     def _lease_over(self, parsed: InFlightName, *, in_flight_ok: bool) -> MQError:
@@ -271,7 +273,7 @@ class Handles(Leases):
     def relet(
         self,
         queue: QueueName,
-        handle: ReceiptHandle | str,
+        handle: ReceiptHandle,
         visibility_timeout_ms: int,
         policy: LeasePolicy | None = None,
         hint: str | None = None,
@@ -290,7 +292,7 @@ class Handles(Leases):
         Returns:
             The message, or None if it is gone or was received by someone else since.
         Raises:
-            InvalidReceiptHandle: Malformed, or of another queue.
+            InvalidReceiptHandle: Of another queue.
         """
         parsed = self._handle(queue, handle)
         message_id, count = parsed.message_id, parsed.lease.receive_count

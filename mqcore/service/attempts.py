@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from mqcore.errors import InvalidReceiptHandle, MQError
 from mqcore.model import ReceivedMessage
+from mqcore.names import ReceiptHandle
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.service.plans import Blocking, Plan
 from mqcore.service.requests import ReceiveRequest
@@ -149,24 +150,28 @@ def relet(
     Args:
         store: The store.
         request: The retried receive (queue, visibility timeout).
-        handles: The recorded handles to receive again (:attr:`Attempt.handles`).
+        handles: The recorded handles to receive again (:attr:`Attempt.handles`, as text; one that is
+            malformed or of another queue is left out).
         policy: The queue's dead-letter and retention policy.
         hints: Receipt handle -> its lease's current ``delay/`` name, where the driver remembers one.
     """
-    current = store.find_leases(request.queue, handles, dict(hints) if hints else None)
-    out: list[ReceivedMessage] = []
-    for handle in handles:
+    parsed: list[ReceiptHandle] = []
+    for text in handles:  # read from the attempt record on disk: parsed here, once
         try:
-            message = store.relet(
-                request.queue,
-                handle,
-                request.visibility_timeout_ms,
-                policy=policy,
-                hint=current.get(handle),
-                search=False,
-            )
+            parsed.append(ReceiptHandle.parse(text, request.queue))
         except InvalidReceiptHandle:
             continue
+    current = store.find_leases(request.queue, parsed, dict(hints) if hints else None)
+    out: list[ReceivedMessage] = []
+    for handle in parsed:
+        message = store.relet(
+            request.queue,
+            handle,
+            request.visibility_timeout_ms,
+            policy=policy,
+            hint=current.get(handle.text),
+            search=False,
+        )
         if message is not None:
             out.append(message)
     logger.info("receive attempt retried queue=%s handles=%d relet=%d", request.queue, len(handles), len(out))

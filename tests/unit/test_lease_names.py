@@ -29,6 +29,7 @@ from mqcore.names import (
     InFlightName,
     MessageId,
     QueueName,
+    ReceiptHandle,
     in_flight_name,
     lease_key_of,
     new_lease_token,
@@ -43,6 +44,11 @@ FROZEN_MS = 1_790_000_000_000  # every receive in these tests happens in this on
 VT_MS = 30_000
 TOKEN_RE = re.compile(r"[0-9a-f]{17,32}")
 ROUNDS = 300  # races between the two processes
+
+
+def _h(text: str) -> ReceiptHandle:
+    """A receipt handle parsed from its text, as the edges do (the Store takes parsed handles only)."""
+    return ReceiptHandle.parse(text)
 
 
 def delay(store: Store) -> list[str]:
@@ -189,15 +195,15 @@ def test_a_lease_made_again_in_the_same_millisecond_by_another_process_has_anoth
         assert new is not None and new != old
         assert parse_in_flight_name(new).deadline_ms == parse_in_flight_name(old).deadline_ms
         with pytest.raises(StaleReceiptHandle):
-            store.delete_by_handle(Q, old)
+            store.delete_by_handle(Q, _h(old))
         with pytest.raises(StaleReceiptHandle):
-            store.at(FROZEN_MS).change_visibility(Q, old, 60_000)
+            store.at(FROZEN_MS).change_visibility(Q, _h(old), 60_000)
         with pytest.raises(StaleReceiptHandle):
-            store.at(FROZEN_MS).change_visibility(Q, old, 0)
-        assert store.at(FROZEN_MS).relet(Q, old, VT_MS) is None
-        assert store.find_lease(Q, old) is None
+            store.at(FROZEN_MS).change_visibility(Q, _h(old), 0)
+        assert store.at(FROZEN_MS).relet(Q, _h(old), VT_MS) is None
+        assert store.find_lease(Q, _h(old)) is None
         assert new in delay(store), "the newer lease is untouched"
-        assert store.delete_by_handle(Q, new) == "in_flight"
+        assert store.delete_by_handle(Q, _h(new)) == "in_flight"
     assert delay(store) == []
 
 
@@ -214,16 +220,16 @@ def test_a_handle_never_acts_on_a_later_lease_with_the_same_deadline(tmp_path: P
     assert new != old
     # The old handle, even passing the new lease's name as its hint (a confused cache), is stale.
     with pytest.raises(StaleReceiptHandle):
-        store.delete_by_handle(Q, old, hint=new)
+        store.delete_by_handle(Q, _h(old), hint=new)
     with pytest.raises(StaleReceiptHandle):
-        store.at(FROZEN_MS).change_visibility(Q, old, 5_000, hint=new)
-    assert store.find_leases(Q, [old], {old: new}) == {}
+        store.at(FROZEN_MS).change_visibility(Q, _h(old), 5_000, hint=new)
+    assert store.find_leases(Q, [_h(old)], {old: new}) == {}
     assert delay(store) == [new]
     # The new handle keeps naming its lease through changes of visibility (same key, new deadline).
-    moved = store.at(FROZEN_MS).change_visibility(Q, new, 5_000)
+    moved = store.at(FROZEN_MS).change_visibility(Q, _h(new), 5_000)
     assert lease_key_of(moved) == lease_key_of(new) and moved != new
-    assert store.find_lease(Q, new) == moved
-    assert store.delete_by_handle(Q, new) == "in_flight"
+    assert store.find_lease(Q, _h(new)) == moved
+    assert store.delete_by_handle(Q, _h(new)) == "in_flight"
     assert delay(store) == []
 
 
@@ -236,7 +242,7 @@ def test_change_of_visibility_keeps_the_token_and_delayed_sends_get_one(tmp_path
     assert (item.message_id, item.receive_count) == (delayed, 0) and TOKEN_RE.fullmatch(item.token)
     mid = store.send(Q, b"now")
     handle = store.at(FROZEN_MS).lease(Q, ready_name(mid, 0), VT_MS).receipt_handle
-    again = store.at(FROZEN_MS + 5).change_visibility(Q, handle, 1_000)
+    again = store.at(FROZEN_MS + 5).change_visibility(Q, _h(handle), 1_000)
     assert parse_in_flight_name(again) == InFlightName(FROZEN_MS + 1_005, Q, mid, 1, parse_in_flight_name(handle).token)
 
 
@@ -283,7 +289,7 @@ def test_v1_files_are_counted_peeked_and_moved_when_due(tmp_path: Path) -> None:
     got = store.at(FROZEN_MS).lease(Q, ready_name(leased, 1), VT_MS)
     assert got.receive_count == 2 and TOKEN_RE.fullmatch(parse_in_flight_name(got.receipt_handle).token)
     with pytest.raises(StaleReceiptHandle):  # the v1 handle of the redelivered lease
-        store.delete_by_handle(Q, due)
+        store.delete_by_handle(Q, _h(due))
     assert got.receipt_handle in delay(store)
 
 
@@ -292,19 +298,19 @@ def test_v1_handles_delete_change_and_relet_exactly_their_lease(tmp_path: Path) 
     store.create_queue(Q)
     a, b, c, d = (store.send(Q, f"{i}".encode()) for i in range(4))
     handle_a = v1_lease(store, a, FROZEN_MS + VT_MS)
-    assert store.delete_by_handle(Q, handle_a) == "in_flight"
+    assert store.delete_by_handle(Q, _h(handle_a)) == "in_flight"
     # A change of visibility of a v1 lease keeps its v1 key; the old handle goes on working.
     handle_b = v1_lease(store, b, FROZEN_MS + VT_MS)
-    moved = store.at(FROZEN_MS).change_visibility(Q, handle_b, 1_000)
+    moved = store.at(FROZEN_MS).change_visibility(Q, _h(handle_b), 1_000)
     assert moved == f"{FROZEN_MS + 1_000:013d}.{Q}.{b}.1" and delay(store) == [moved]
-    assert store.find_lease(Q, handle_b) == moved
-    assert store.delete_by_handle(Q, handle_b) == "in_flight"
+    assert store.find_lease(Q, _h(handle_b)) == moved
+    assert store.delete_by_handle(Q, _h(handle_b)) == "in_flight"
     # A retried receive attempt recorded by v1 re-lets its message under a v2 name.
     handle_c = v1_lease(store, c, FROZEN_MS + VT_MS)
-    again = store.at(FROZEN_MS).relet(Q, handle_c, VT_MS)
+    again = store.at(FROZEN_MS).relet(Q, _h(handle_c), VT_MS)
     assert again is not None and again.receive_count == 2 and not parse_in_flight_name(again.receipt_handle).is_legacy
     with pytest.raises(StaleReceiptHandle):
-        store.delete_by_handle(Q, handle_c)
+        store.delete_by_handle(Q, _h(handle_c))
     # Delete by id keeps its any-state meaning for v1 files.
     v1_lease(store, d, FROZEN_MS + VT_MS)
     assert store.delete(Q, d) == "in_flight"

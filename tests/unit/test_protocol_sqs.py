@@ -27,12 +27,17 @@ from mqcore.errors import (
     QueueNameExists,
     StaleReceiptHandle,
 )
-from mqcore.names import ATTEMPT_WINDOW_MS, QueueName, parse_in_flight_name, ready_name, sent_ms_of
+from mqcore.names import ATTEMPT_WINDOW_MS, QueueName, ReceiptHandle, parse_in_flight_name, ready_name, sent_ms_of
 from mqcore.protocol import LeasePolicy, SendEntry, Store, now_ms
 
 Q = QueueName("orders")
 DLQ = QueueName("orders-dead")
 VT_MS = 30_000
+
+
+def _h(text: str) -> ReceiptHandle:
+    """A receipt handle parsed from its text, as the edges do (the Store takes parsed handles only)."""
+    return ReceiptHandle.parse(text)
 
 
 @pytest.fixture
@@ -209,38 +214,38 @@ def test_a_stale_handle_never_touches_the_newer_lease(store: Store) -> None:
     new = receive(store)
     assert new.receive_count == 2
     with pytest.raises(StaleReceiptHandle):
-        store.delete_by_handle(Q, old.receipt_handle)
+        store.delete_by_handle(Q, _h(old.receipt_handle))
     with pytest.raises(StaleReceiptHandle):
-        store.change_visibility(Q, old.receipt_handle, 0)
+        store.change_visibility(Q, _h(old.receipt_handle), 0)
     assert messages(store, "delay") == [new.receipt_handle]
-    assert store.delete_by_handle(Q, new.receipt_handle) == "in_flight"
+    assert store.delete_by_handle(Q, _h(new.receipt_handle)) == "in_flight"
     assert messages(store, "delay") == []
 
 
 def test_change_visibility_extends_and_the_old_handle_keeps_working(store: Store) -> None:
     store.send(Q, b"x")
     got = receive(store, now=1_000_000)
-    current = store.at(2_000_000).change_visibility(Q, got.receipt_handle, 90_000)
+    current = store.at(2_000_000).change_visibility(Q, _h(got.receipt_handle), 90_000)
     assert current != got.receipt_handle
     assert parse_in_flight_name(current).deadline_ms == 2_090_000
     assert messages(store, "delay") == [current]
-    assert store.find_lease(Q, got.receipt_handle) == current  # found by queue, id and receive count
-    again = store.at(2_000_000).change_visibility(Q, got.receipt_handle, 10_000)
+    assert store.find_lease(Q, _h(got.receipt_handle)) == current  # found by queue, id and receive count
+    again = store.at(2_000_000).change_visibility(Q, _h(got.receipt_handle), 10_000)
     assert parse_in_flight_name(again).deadline_ms == 2_010_000
-    assert store.delete_by_handle(Q, got.receipt_handle) == "in_flight"
+    assert store.delete_by_handle(Q, _h(got.receipt_handle)) == "in_flight"
 
 
 def test_change_visibility_zero_releases_at_once(store: Store) -> None:
     mid = store.send(Q, b"x")
     got = receive(store)
-    store.change_visibility(Q, got.receipt_handle, 0)
+    store.change_visibility(Q, _h(got.receipt_handle), 0)
     assert messages(store, f"queues/{Q}") == [ready_name(mid, 1)]
     with pytest.raises(MessageNotInFlight):
-        store.change_visibility(Q, got.receipt_handle, 5_000)
+        store.change_visibility(Q, _h(got.receipt_handle), 5_000)
     # Not received since: the handle is still the latest, so it may delete the message.
-    assert store.delete_by_handle(Q, got.receipt_handle) == "ready"
+    assert store.delete_by_handle(Q, _h(got.receipt_handle)) == "ready"
     with pytest.raises(MessageNotFound):
-        store.delete_by_handle(Q, got.receipt_handle)
+        store.delete_by_handle(Q, _h(got.receipt_handle))
 
 
 def test_handles_of_other_queues_or_malformed_are_rejected(store: Store) -> None:
@@ -248,22 +253,22 @@ def test_handles_of_other_queues_or_malformed_are_rejected(store: Store) -> None
     got = receive(store)
     for bad in ("", "garbage", got.receipt_handle.replace(".1", ".0"), "../" + got.receipt_handle):
         with pytest.raises(InvalidReceiptHandle):
-            store.delete_by_handle(Q, bad)
+            store.delete_by_handle(Q, _h(bad))
     with pytest.raises(InvalidReceiptHandle):
-        store.delete_by_handle(DLQ, got.receipt_handle)
+        store.delete_by_handle(DLQ, _h(got.receipt_handle))
     assert messages(store, "delay") == [got.receipt_handle]
 
 
 def test_relet_gives_the_same_message_with_a_fresh_handle(store: Store) -> None:
     store.send(Q, b"x")
     got = receive(store)
-    again = store.relet(Q, got.receipt_handle, VT_MS)
+    again = store.relet(Q, _h(got.receipt_handle), VT_MS)
     assert (again.message_id, again.body, again.receive_count) == (got.message_id, b"x", 2)
     assert again.receipt_handle != got.receipt_handle
     with pytest.raises(StaleReceiptHandle):
-        store.delete_by_handle(Q, got.receipt_handle)
-    store.delete_by_handle(Q, again.receipt_handle)
-    assert store.relet(Q, again.receipt_handle, VT_MS) is None
+        store.delete_by_handle(Q, _h(got.receipt_handle))
+    store.delete_by_handle(Q, _h(again.receipt_handle))
+    assert store.relet(Q, _h(again.receipt_handle), VT_MS) is None
 
 
 def test_attempt_records_last_five_minutes(store: Store) -> None:
@@ -448,10 +453,10 @@ def test_a_handle_from_before_a_dead_letter_and_redrive_never_touches_the_new_le
     new = receive(store)
     assert new.receive_count == old.receive_count == 1
     with pytest.raises(MessageNotFound):
-        store.delete_by_handle(Q, old.receipt_handle)
+        store.delete_by_handle(Q, _h(old.receipt_handle))
     with pytest.raises(MessageNotFound):
-        store.change_visibility(Q, old.receipt_handle, 0)
-    assert store.relet(Q, old.receipt_handle, VT_MS) is None
+        store.change_visibility(Q, _h(old.receipt_handle), 0)
+    assert store.relet(Q, _h(old.receipt_handle), VT_MS) is None
     assert messages(store, "delay") == [new.receipt_handle]
 
 
@@ -466,7 +471,7 @@ def test_relet_takes_the_ready_file_when_the_lease_expired(store: Store) -> None
     got = receive(store, vt_ms=0)
     [item] = store.scan_in_flight()
     store.redeliver(item)  # mq-mover got there first
-    again = store.relet(Q, got.receipt_handle, VT_MS)
+    again = store.relet(Q, _h(got.receipt_handle), VT_MS)
     assert again is not None and again.receive_count == 2
 
 
@@ -479,11 +484,11 @@ def test_find_leases_finds_moved_leases_with_one_listing(store: Store) -> None:
     for body in (b"a", b"b", b"c"):
         store.send(Q, body)
     got = [receive(store) for _ in range(3)]
-    moved = store.change_visibility(Q, got[0].receipt_handle, 60_000)  # no longer at the handle's name
-    store.delete_by_handle(Q, got[2].receipt_handle)
-    found = store.find_leases(Q, [m.receipt_handle for m in got] + ["garbage"])
+    moved = store.change_visibility(Q, _h(got[0].receipt_handle), 60_000)  # no longer at the handle's name
+    store.delete_by_handle(Q, _h(got[2].receipt_handle))
+    found = store.find_leases(Q, [_h(m.receipt_handle) for m in got])
     assert found == {got[0].receipt_handle: moved, got[1].receipt_handle: got[1].receipt_handle}
-    again = store.relet(Q, got[0].receipt_handle, VT_MS, hint=found[got[0].receipt_handle], search=False)
+    again = store.relet(Q, _h(got[0].receipt_handle), VT_MS, hint=found[got[0].receipt_handle], search=False)
     assert again is not None and again.body == b"a"
 
 

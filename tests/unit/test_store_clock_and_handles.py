@@ -21,6 +21,11 @@ OTHER = QueueName("other")
 T0 = 1_790_000_000_000
 
 
+def _h(text: str) -> ReceiptHandle:
+    """A receipt handle parsed from its text, as the edges do (the Store takes parsed handles only)."""
+    return ReceiptHandle.parse(text)
+
+
 class Clock:
     """A clock the test sets: epoch ms."""
 
@@ -51,7 +56,7 @@ def test_every_transition_reads_the_clock_given_at_construction(store: Store, cl
     got = store.lease(Q, ready_name(mid, 0), 30_000)
     assert got is not None and got.deadline_ms == T0 + 30_000 and got.first_receive_ms == T0
     clock.ms = T0 + 1_000
-    moved = store.change_visibility(Q, got.receipt_handle, 5_000)
+    moved = store.change_visibility(Q, _h(got.receipt_handle), 5_000)
     assert parse_in_flight_name(moved).deadline_ms == T0 + 6_000
     store.save_attempt(Q, "a", [moved])
     assert store.load_attempt_record(Q, "a") == ([moved], T0 + 1_000)
@@ -81,7 +86,7 @@ def test_handle_methods_take_a_parsed_receipt_handle(store: Store) -> None:
     assert store.delete_by_handle(Q, ReceiptHandle.parse(again.receipt_handle, Q)) == "in_flight"
     other = store.lease(Q, ready_name(second, 0), 30_000)
     assert other is not None
-    assert store.delete_by_handle(Q, other.receipt_handle) == "in_flight"  # the text still works
+    assert store.delete_by_handle(Q, _h(other.receipt_handle)) == "in_flight"  # parsed without a queue: checked here
     assert os.listdir(store.layout.delay) == []
 
 

@@ -1,0 +1,85 @@
+"""daemons._handoff.Handoff: the daemon's receive and delete threads (jobs in order, batches, one wake per batch)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from daemons._handoff import Handoff
+from mqcore.errors import StorageUnavailable
+
+
+@pytest.fixture
+def gate():
+    """An event the first job blocks on, so that the jobs handed over meanwhile form one batch."""
+    return threading.Event()
+
+
+async def test_jobs_run_in_order_and_the_ones_queued_together_share_one_batch(gate):
+    batches: list[list[int]] = []
+    ran: list[int] = []
+    handoff = Handoff("test-handoff", after_batch=lambda: batches.append(list(ran)))
+    try:
+        first = handoff.run(gate.wait, 5)
+        await asyncio.sleep(0.05)  # the thread is inside the first job
+        rest = [handoff.run(ran.append, i) for i in range(10)]
+        gate.set()
+        assert await first is True
+        assert await asyncio.gather(*rest) == [None] * 10
+        assert ran == list(range(10))  # handed-over order
+        assert batches[-1] == list(range(10))  # one batch, one after_batch for all ten
+        assert len(batches) == 2
+    finally:
+        handoff.shutdown()
+
+
+async def test_a_failed_batch_step_fails_the_jobs_that_succeeded_and_keeps_the_others_errors(gate):
+    def fsync() -> None:
+        raise StorageUnavailable("message could not be stored: fsync of remove/ failed: EIO", errno="EIO")
+
+    def missing() -> None:
+        raise LookupError("not there")
+
+    handoff = Handoff("test-handoff", after_batch=fsync)
+    try:
+        first = handoff.run(gate.wait, 5)
+        await asyncio.sleep(0.05)
+        ok = handoff.run(lambda: "in_flight")
+        gone = handoff.run(missing)
+        gate.set()
+        for future in (first, ok):
+            with pytest.raises(StorageUnavailable, match="fsync of remove/"):
+                await future
+        with pytest.raises(LookupError, match="not there"):
+            await gone
+    finally:
+        handoff.shutdown()
+
+
+async def test_no_batch_step_when_every_job_failed():
+    calls: list[int] = []
+    handoff = Handoff("test-handoff", after_batch=lambda: calls.append(1))
+    try:
+        with pytest.raises(ZeroDivisionError):
+            await handoff.run(lambda: 1 / 0)
+        assert calls == []
+    finally:
+        handoff.shutdown()
+
+
+async def test_it_is_an_executor_for_run_in_executor_and_finishes_queued_jobs_on_shutdown(gate):
+    handoff = Handoff("test-handoff")
+    loop = asyncio.get_running_loop()
+    assert await loop.run_in_executor(handoff, sum, [1, 2, 3]) == 6
+    names: list[str] = []
+    blocked = handoff.run(gate.wait, 5)
+    queued = handoff.submit(lambda: names.append(threading.current_thread().name))
+    gate.set()
+    await blocked
+    handoff.shutdown(wait=True)
+    assert queued.result(timeout=5) is None
+    assert names == ["test-handoff"]
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        handoff.run(print)
