@@ -32,7 +32,7 @@ from dataclasses import replace
 
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound, cap
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, is_fifo_queue, parse_ready_name
+from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_ready_name
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.protocol.fifo import FifoSend, read_fifo_header, send_fifo
 from mqcore.protocol.send import SendEntry
@@ -215,7 +215,7 @@ def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedM
         logger.info("FIFO group raced by another consumer; giving it back queue=%s", queue)
         for message in messages:
             try:
-                store.change_visibility(queue, message.in_flight_name, 0)
+                store.change_visibility(queue, ReceiptHandle.parse(message.in_flight_name, queue), 0)
             except MQError as exc:  # expired and moved already, or a storage error: it comes back by itself
                 logger.warning("could not give back a raced FIFO lease queue=%s error=%s", queue, exc)
             out.messages.remove(message)
