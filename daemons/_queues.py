@@ -43,6 +43,8 @@ MAX_CACHED_QUEUE_NAMES = 100_000
 CHANGE_CHECK_SECONDS = 0.05
 #: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
 RECENT_CHANGE_NS = 200_000_000
+#: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name).
+FULL_RESCAN_TURNS = 6
 #: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
 Meta = tuple[dict[str, Any], int | None, MessageId | None]
 
@@ -133,6 +135,7 @@ class QueueStates:
         #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
+        self._turn = 0
 
     def start(self) -> None:
         """Attach inotify to the loop and start the periodic rescan."""
@@ -206,14 +209,13 @@ class QueueStates:
         return explicit, created_ms, self.store.purged_before(queue)
 
     def _list_and_read(self, queue: QueueName) -> tuple[Listing, Meta]:
-        if self.change_check_seconds:
-            # Stamp first: a change during the listing changes the stamp again, and is listed next time.
-            with contextlib.suppress(OSError):
-                stamp = dir_stamp(self.store.layout.queue_dir(queue))
-                # A directory's mtime has the granularity of the kernel's coarse clock (a few ms): a change right
-                # after this stamp may leave it equal. While the mtime is recent, list again at the next check.
-                recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
-                self._stamps[queue] = None if recent else stamp
+        # Stamp first: a change during the listing changes the stamp again, and is listed next time.
+        with contextlib.suppress(OSError):
+            stamp = dir_stamp(self.store.layout.queue_dir(queue))
+            # A directory's mtime has the granularity of the kernel's coarse clock (a few ms): a change right
+            # after this stamp may leave it equal. While the mtime is recent, list again at the next check.
+            recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
+            self._stamps[queue] = None if recent else stamp
         listing = Listing(self.store.list_queue_dir(queue))
         return listing, self.read_meta(queue)
 
@@ -379,15 +381,22 @@ class QueueStates:
                 break
             try:
                 if loop.time() >= next_full:
-                    await self.rescan_all()
+                    await self.rescan_all(everything=False)
                     next_full = loop.time() + interval
                 else:
                     await self.rescan_changed()
             except (MQError, OSError) as exc:  # OSError: e.g. ENOTCONN from a lost FUSE mount; retried next time
                 logger.error("rescan failed error=%s", exc)
 
-    async def rescan_all(self) -> None:
+    async def rescan_all(self, *, everything: bool = True) -> None:
         """List every indexed queue again, re-read its metadata, and bring its index in line with the listing.
+
+        With ``everything`` False (the periodic rescan), a queue whose
+        directory's change stamp (one ``stat``, as :meth:`rescan_changed`) is
+        the one of its last listing is listed only on its turn, one rescan in
+        :data:`FULL_RESCAN_TURNS`: any entry added or removed changes the
+        stamp, and 10,000 idle queues listed and their metadata read every
+        ``--rescan-interval`` cost mq a fifth of a core (issue 12).
 
         Names the index missed are added (long polls are woken). Names the
         index held before the listing started and the listing did not find
@@ -398,11 +407,16 @@ class QueueStates:
         the listing ran stay: they may have arrived after it read their part
         of the directory.
         """
-        for fetcher in self.fetchers:
-            for queue in list(fetcher.queues):
-                await self._rescan_queue(fetcher, queue)
+        if everything:
+            for fetcher in self.fetchers:
+                for queue in list(fetcher.queues):
+                    await self._rescan_queue(fetcher, queue)
+            return
+        self._turn = (self._turn + 1) % FULL_RESCAN_TURNS
+        turn = self._turn
+        await self.rescan_changed(lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn)
 
-    async def rescan_changed(self) -> None:
+    async def rescan_changed(self, due: Callable[[QueueName], bool] | None = None) -> None:
         """Rescan (as :meth:`rescan_all`) only the indexed queues whose directory changed since its last listing.
 
         On a shared filesystem inotify misses other hosts' sends, leases and
@@ -411,6 +425,10 @@ class QueueStates:
         removed, docs/protocol.md section 13), so a message sent through
         another host is delivered here within about that interval plus the
         filesystem's attribute delay, instead of a ``--rescan-interval``.
+
+        Args:
+            due: Queues to list whatever their stamp (the periodic rescan's
+                turn, :meth:`rescan_all`); None: none.
         """
         indexed = [(fetcher, queue) for fetcher in self.fetchers for queue in list(fetcher.queues)]
         if not indexed:
@@ -419,6 +437,9 @@ class QueueStates:
         def changed() -> list[int]:
             out = []
             for i, (_, queue) in enumerate(indexed):
+                if due is not None and due(queue):
+                    out.append(i)
+                    continue
                 try:
                     stamp = dir_stamp(self.store.layout.queue_dir(queue))
                 except OSError:
