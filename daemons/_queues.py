@@ -43,8 +43,8 @@ MAX_CACHED_QUEUE_NAMES = 100_000
 CHANGE_CHECK_SECONDS = 0.05
 #: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
 RECENT_CHANGE_NS = 200_000_000
-#: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name).
-FULL_RESCAN_TURNS = 6
+#: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name; 5 min at 10 s).
+FULL_RESCAN_TURNS = 30
 #: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
 Meta = tuple[dict[str, Any], int | None, MessageId | None]
 
