@@ -381,7 +381,8 @@ class QueueStates:
                 break
             try:
                 if loop.time() >= next_full:
-                    await self.rescan_all(everything=False)
+                    # On a shared filesystem the attribute cache may hide another host's change from a stat.
+                    await self.rescan_all(everything=bool(self.change_check_seconds))
                     next_full = loop.time() + interval
                 else:
                     await self.rescan_changed()
@@ -391,12 +392,12 @@ class QueueStates:
     async def rescan_all(self, *, everything: bool = True) -> None:
         """List every indexed queue again, re-read its metadata, and bring its index in line with the listing.
 
-        With ``everything`` False (the periodic rescan), a queue whose
+        With ``everything`` False (the periodic rescan on a local filesystem), a queue whose
         directory's change stamp (one ``stat``, as :meth:`rescan_changed`) is
         the one of its last listing is listed only on its turn, one rescan in
         :data:`FULL_RESCAN_TURNS`: any entry added or removed changes the
         stamp, and 10,000 idle queues listed and their metadata read every
-        ``--rescan-interval`` cost mq a fifth of a core (issue 12).
+        ``--rescan-interval`` slowed every receive (issue 12, docs/performance.md).
 
         Names the index missed are added (long polls are woken). Names the
         index held before the listing started and the listing did not find
