@@ -25,6 +25,7 @@ from daemons import _runtime
 from daemons._handoff import Handoff
 from daemons._health import Health
 from daemons._metrics import BrokerMetrics
+from daemons._queue_list import QueueNames
 from daemons._queues import Meta, QueueState, QueueStates
 from daemons._redrive import RedriveRunner
 from daemons._send import Sender
@@ -65,6 +66,7 @@ class Broker:
         #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
         self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
         self.queues = QueueStates(settings, self.store, self.savers)
+        self.queue_names = QueueNames(self.store)
         #: The wake-up maps of :attr:`queues` (long polls; senders waiting for room), by queue.
         self._arrivals = self.queues.arrivals
         self._room = self.queues.room
@@ -166,8 +168,13 @@ class Broker:
         logger.info("deleted queue=%s", queue)
 
     async def list_queues(self, prefix: str = "") -> list[QueueName]:
-        """Queue names starting with ``prefix``, sorted."""
-        return await self.run_in(self.savers, self.store.list_queues, prefix)
+        """Queue names starting with ``prefix``, sorted (cached while ``queues/`` is unchanged: _queue_list.py)."""
+        names, _ = await self.run_in(self.savers, self.queue_names.names, prefix)
+        return names
+
+    async def list_queue_page(self, prefix: str, after: str, limit: int) -> tuple[list[QueueName], bool]:
+        """At most ``limit`` queue names starting with ``prefix`` after ``after``, sorted; and whether more follow."""
+        return await self.run_in(self.savers, self.queue_names.names, prefix, after, limit)
 
     async def ready_count(self, queue: QueueName) -> int:
         """Approximate number of ready messages (from the index)."""

@@ -35,7 +35,7 @@ from mqcore.errors import (
     echo,
 )
 from mqcore.model import ReceivedMessage
-from mqcore.names import QueueName, check_message_id, check_queue_name, is_fifo_queue
+from mqcore.names import QueueName, check_message_id, check_queue_name, is_fifo_queue, is_queue_prefix
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
 from mqcore.redrive import DEFAULT_REDRIVE_RATE
 from mqcore.service import fifo
@@ -45,6 +45,7 @@ from mqcore.service.requests import (
     PEEK_LIMIT,
     REDRIVE_RATE,
     VISIBILITY_TIMEOUT_SECONDS,
+    Limit,
     ReceiveArgs,
     check_after,
     check_message_size,
@@ -310,13 +311,27 @@ def _received_json(message: ReceivedMessage) -> dict[str, Any]:
 # -- queues ----------------------------------------------------------------
 
 
+#: Queue names a ``GET /`` page holds: 1-1,000, and 1,000 when not given (SQS ListQueues MaxResults).
+QUEUE_LIST_LIMIT = Limit("limit", 1, 1000)
+
+
 async def list_queues(request: web.Request) -> web.Response:
-    """GET /?prefix=P -> 200 {"queues": [names]} (sorted; only names starting with P; SQS ListQueues)."""
-    params = query_params(request, ("prefix",))
+    """GET /?prefix=P&after=NAME&limit=N -> 200 {"queues": [names], "next_after": NAME | null} (SQS ListQueues).
+
+    Sorted names starting with P and greater than ``after``, at most ``limit``
+    (1-1,000, default 1,000: SQS's MaxResults and its cap without it) before
+    the request's token filters them; ``next_after`` is the page's last name
+    when more names follow (pass it as ``after``), else null.
+    """
+    params = query_params(request, ("prefix", "after", "limit"))
     prefix = check_prefix(params.get("prefix", ""))
-    names: list[str] = list(await request.app[BROKER].list_queues(prefix))
-    queues = _auth.visible(request, names)
-    return web.json_response({"queues": queues})
+    after = params.get("after", "")
+    if not is_queue_prefix(after):
+        raise InvalidRequest(f"after must be a queue name, got {echo(after)}", parameter="after")
+    limit = QUEUE_LIST_LIMIT.from_text(params.get("limit")) or QUEUE_LIST_LIMIT.high
+    names, more = await request.app[BROKER].list_queue_page(prefix, after, limit)
+    queues = _auth.visible(request, list(names))
+    return web.json_response({"queues": queues, "next_after": names[-1] if more else None})
 
 
 async def get_queue(request: web.Request) -> web.Response:

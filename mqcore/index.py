@@ -5,78 +5,228 @@ The index is a cache, never the truth: the truth is the set of files in
 which costs one failed ``open``/``rename`` and lasts until the next inotify
 event or periodic rescan drops it; a missing entry is found by the next
 inotify event or periodic rescan. Pure data structure, no I/O.
+
+Memory (issue 12: at most 200 bytes of mq's RSS per ready message at
+1,000,000): a message is kept as its id, a 128-bit int (the UUIDv7's hex
+digits), which is both the key of one dict and the element of one heap; the
+dict's value packs the receive count and the stamp of the message's last
+:meth:`ReadyIndex.add` into one int (``stamp << RC_BITS | rc``), and the
+names of one batch (a listing) share one stamp and so, mostly, one value
+object. About 100 bytes per message at 1,000,000 (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+import re
 from collections.abc import Iterable
 
-from mqcore.names import partition_of
+from mqcore.names import MAX_PARTITIONS
 
 #: Most (partition, partitions) views an index keeps; the least recently used one is dropped beyond.
 MAX_PARTITION_VIEWS = 16
+#: Bits of a packed value that hold the receive count (``ID.RC``: RC is at most 9 digits < 2**30).
+RC_BITS = 30
+_RC_MASK = (1 << RC_BITS) - 1
+#: The last 8 hex digits of an id (the partition rule of :func:`mqcore.names.partition_of`) are its low 32 bits.
+_PARTITION_MASK = 0xFFFFFFFF
+#: A ready file name ``ID.RC`` (:func:`mqcore.names.parse_ready_name`'s rule as one pattern).
+_READY_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.(?:0|[1-9][0-9]{0,8})")
+_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+
+
+def is_ready_name(name: str) -> bool:
+    """Whether ``name`` is a ready file name ``ID.RC`` (docs/protocol.md; one regex, no allocation)."""
+    return _READY_RE.fullmatch(name) is not None
+
+
+def _id_int(message_id: str) -> int:
+    """The 128-bit int of a canonical message id (36 characters, checked by the caller)."""
+    return int(message_id.replace("-", ""), 16)
+
+
+def _parse(name: str) -> tuple[int, int] | None:
+    """``(id as int, receive count)`` of a ready name, or None for any other name."""
+    if _READY_RE.fullmatch(name) is None:
+        return None
+    return int(name[:36].replace("-", ""), 16), int(name[37:])
+
+
+def _name(mid: int, rc: int) -> str:
+    """The ready file name ``ID.RC`` of an id int and a receive count."""
+    h = f"{mid:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}.{rc}"
+
+
+class Listing:
+    """The ready names of one directory listing, parsed once (on a worker thread) for :class:`ReadyIndex`.
+
+    Args:
+        names: File names of a queue directory; names that are not ready
+            names (``ID.RC``) are skipped.
+    """
+
+    __slots__ = ("keys",)
+
+    def __init__(self, names: Iterable[str]) -> None:
+        fullmatch = _READY_RE.fullmatch
+        #: ``(id int << RC_BITS) | rc`` per ready name.
+        self.keys: list[int] = [
+            int(n[:36].replace("-", ""), 16) << RC_BITS | int(n[37:]) for n in names if fullmatch(n) is not None
+        ]
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 class ReadyIndex:
     """Ready-message file names of one queue (``ID.RC``), oldest first.
 
     Names sort by message id, and ids sort by send time, so popping the
-    smallest name is FIFO. Removal is lazy: :meth:`discard` forgets a name and
-    the heap drops it when it reaches the top, or on compaction.
+    smallest name is FIFO (two names of one id, a stale one and its
+    successor, come out by receive count). Removal is lazy:
+    :meth:`discard` forgets a name and the heap drops it when it reaches the
+    top, or on compaction.
 
     Every :meth:`add` stamps its name with a counter, so that a rescan can
     tell the names it may drop (noted before its listing started:
     :meth:`mark`, :meth:`drop_unlisted`) from those noted while it listed.
+
+    Only ready names are held: :meth:`add` raises ValueError for any other
+    name; ``in``, :meth:`discard` and :meth:`name_for` treat one as absent.
     """
 
-    def __init__(self, names: Iterable[str] = ()) -> None:
-        self._present: dict[str, int] = {}
-        """Indexed name -> stamp of its last :meth:`add`."""
-        self._by_id: dict[str, str] = {}
-        self._heap: list[str] = []
+    def __init__(self, names: Iterable[str] | Listing = ()) -> None:
+        self._present: dict[int, int] = {}
+        """Id int -> ``stamp << RC_BITS | rc`` of one indexed name of that id."""
+        self._more: dict[int, dict[int, int]] = {}
+        """Id int -> {rc: stamp} of further names of an id in ``_present`` (rare: a stale name and its successor)."""
+        self._count = 0
+        self._heap: list[int] = []
+        """Id ints, a heap; each id in ``_present`` is in it at least once (lazy: absent ids are skipped)."""
         self._stamp = 0
-        self._views: dict[tuple[int, int], list[str]] = {}
-        """(partition, partitions) -> heap of the names in that partition (lazy, like ``_heap``)."""
+        self._views: dict[tuple[int, int], list[int]] = {}
+        """(partition, partitions) -> heap of the ids in that partition (lazy, like ``_heap``)."""
         self.update(names)
 
     def __len__(self) -> int:
-        return len(self._present)
+        return self._count
 
     def __contains__(self, name: object) -> bool:
-        return name in self._present
+        parsed = _parse(name) if isinstance(name, str) else None
+        if parsed is None:
+            return False
+        mid, rc = parsed
+        value = self._present.get(mid)
+        return value is not None and (value & _RC_MASK == rc or rc in self._more.get(mid, ()))
+
+    def _bulk(self, keys: list[int]) -> None:
+        """Fill an empty index from a listing: one stamp for all, one heapify (O(n))."""
+        self._stamp += 1
+        shared = self._stamp << RC_BITS
+        present = self._present
+        for key in keys:
+            mid, rc = key >> RC_BITS, key & _RC_MASK
+            if mid in present:
+                self._note(mid, rc, shared | rc)
+            else:
+                present[mid] = shared if rc == 0 else shared | rc
+        self._count += len(present)
+        self._heap = list(present)
+        heapq.heapify(self._heap)
+        self._views.clear()  # rebuilt from ``_present`` at their next use
 
     def add(self, name: str) -> None:
-        """Note a ready file (idempotent; noting a present name again renews its stamp)."""
-        self._stamp += 1
-        if name not in self._present:
-            message_id = name.partition(".")[0]
-            self._by_id[message_id] = name
-            heapq.heappush(self._heap, name)
-            for (partition, partitions), view in self._views.items():
-                if partition_of(message_id, partitions) == partition:
-                    heapq.heappush(view, name)
-        self._present[name] = self._stamp
+        """Note a ready file (idempotent; noting a present name again renews its stamp).
 
-    def update(self, names: Iterable[str]) -> None:
-        """Note several ready files (a rescan's result)."""
+        Raises:
+            ValueError: ``name`` is not a ready name ``ID.RC``.
+        """
+        parsed = _parse(name)
+        if parsed is None:
+            raise ValueError(f"not a ready file name: {name!r}")
+        self._stamp += 1
+        self._note(parsed[0], parsed[1], self._stamp << RC_BITS | parsed[1])
+
+    def _note(self, mid: int, rc: int, value: int) -> None:
+        """Index (or renew) the name ``mid.rc`` with the packed ``value`` (its stamp and ``rc``)."""
+        old = self._present.get(mid)
+        if old is None:
+            self._present[mid] = value
+            self._count += 1
+            heapq.heappush(self._heap, mid)
+            low = mid & _PARTITION_MASK
+            for (partition, partitions), view in self._views.items():
+                if low % partitions == partition:
+                    heapq.heappush(view, mid)
+        elif old & _RC_MASK == rc:
+            self._present[mid] = value
+        else:
+            more = self._more.setdefault(mid, {})
+            if rc not in more:
+                self._count += 1
+            more[rc] = value >> RC_BITS
+
+    def update(self, names: Iterable[str] | Listing) -> None:
+        """Note several ready files (a rescan's result): one stamp for them all (they are noted at one moment).
+
+        Raises:
+            ValueError: One of ``names`` is not a ready name (those before it are noted).
+        """
+        if isinstance(names, Listing):
+            if not self._count:
+                self._bulk(names.keys)
+                return
+            self._stamp += 1
+            shared = self._stamp << RC_BITS
+            for key in names.keys:
+                rc = key & _RC_MASK
+                self._note(key >> RC_BITS, rc, shared | rc)
+            return
+        self._stamp += 1
+        shared = self._stamp << RC_BITS
         for name in names:
-            self.add(name)
+            parsed = _parse(name)
+            if parsed is None:
+                raise ValueError(f"not a ready file name: {name!r}")
+            self._note(parsed[0], parsed[1], shared | parsed[1])
 
     def discard(self, name: str) -> None:
-        """Forget a file that left the queue (received, deleted, moved)."""
-        if name in self._present:
-            self._forget(name)
+        """Forget a file that left the queue (received, deleted, moved); any other name is ignored."""
+        parsed = _parse(name)
+        if parsed is not None:
+            self._forget(*parsed)
         if len(self._heap) > 2 * len(self._present) + 1024:
             self._heap = list(self._present)
             heapq.heapify(self._heap)
+
+    def _forget(self, mid: int, rc: int) -> bool:
+        """Forget the name ``mid.rc`` if indexed; whether it was."""
+        value = self._present.get(mid)
+        if value is None:
+            return False
+        more = self._more.get(mid)
+        if value & _RC_MASK == rc:
+            if more:
+                other, stamp = more.popitem()
+                self._present[mid] = stamp << RC_BITS | other
+            else:
+                del self._present[mid]
+        elif more and rc in more:
+            del more[rc]
+        else:
+            return False
+        if more is not None and not more:
+            del self._more[mid]
+        self._count -= 1
+        return True
 
     def mark(self) -> int:
         """A point in the index's history, to take just before a listing starts (see :meth:`drop_unlisted`)."""
         return self._stamp
 
-    def drop_unlisted(self, mark: int, listed: Iterable[str]) -> list[str]:
+    def drop_unlisted(self, mark: int, listed: Iterable[str] | Listing) -> list[str]:
         """Forget the names noted up to ``mark`` that a listing started after ``mark`` did not find.
 
         Such a name left the directory behind this process's back (another
@@ -87,11 +237,20 @@ class ReadyIndex:
         Returns:
             The names forgotten.
         """
-        seen = listed if isinstance(listed, set | frozenset) else set(listed)
-        gone = [name for name, stamp in self._present.items() if stamp <= mark and name not in seen]
-        for name in gone:
-            self.discard(name)
-        return gone
+        seen = set(listed.keys if isinstance(listed, Listing) else Listing(listed).keys)
+        gone: list[tuple[int, int]] = []
+        for mid, value in self._present.items():
+            rc = value & _RC_MASK
+            if value >> RC_BITS <= mark and (mid << RC_BITS | rc) not in seen:
+                gone.append((mid, rc))
+        for mid, more in self._more.items():
+            gone.extend((mid, rc) for rc, stamp in more.items() if stamp <= mark and (mid << RC_BITS | rc) not in seen)
+        for mid, rc in gone:
+            self._forget(mid, rc)
+        if len(self._heap) > 2 * len(self._present) + 1024:
+            self._heap = list(self._present)
+            heapq.heapify(self._heap)
+        return [_name(mid, rc) for mid, rc in gone]
 
     def pop_oldest(self) -> str | None:
         """Remove and return the oldest name, or None when empty. O(log n) amortised."""
@@ -100,49 +259,64 @@ class ReadyIndex:
     def pop_oldest_in(self, partition: int, partitions: int) -> str | None:
         """Remove and return the oldest name whose message is in ``partition`` of ``partitions``, or None.
 
-        SMQ's batches: :func:`mqcore.names.partition_of` decides. The first
+        SMQ's batches: :func:`mqcore.names.partition_of` decides (the id's
+        last 8 hex digits, its low 32 bits, modulo ``partitions``). The first
         call for a ``(partition, partitions)`` pair builds its view in O(n);
         later ones are O(log n) amortised. At most
         :data:`MAX_PARTITION_VIEWS` views are kept.
+
+        Raises:
+            ValueError: ``partitions`` is not 1 to :data:`mqcore.names.MAX_PARTITIONS`.
         """
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise ValueError(f"partitions must be 1-{MAX_PARTITIONS}, got {partitions}")
         key = (partition, partitions)
         view = self._views.pop(key, None)
         present = self._present
         if view is None or len(view) > 2 * len(present) + 1024:
-            view = [n for n in present if partition_of(n.partition(".")[0], partitions) == partition]
+            view = [mid for mid in present if (mid & _PARTITION_MASK) % partitions == partition]
             heapq.heapify(view)
         self._views[key] = view  # most recently used last
         while len(self._views) > MAX_PARTITION_VIEWS:
             del self._views[next(iter(self._views))]
         return self._pop_present(view)
 
-    def _pop_present(self, heap: list[str]) -> str | None:
-        """Pop ``heap`` down to its first name still present, forget that name and return it (None if none is)."""
+    def _lowest_rc(self, mid: int, value: int) -> int:
+        rc = value & _RC_MASK
+        more = self._more.get(mid)
+        return min(rc, *more) if more else rc
+
+    def _pop_present(self, heap: list[int]) -> str | None:
+        """Pop ``heap`` to its first id still present, forget that id's oldest name and return it (None if none is)."""
+        present = self._present
         while heap:
-            name = heapq.heappop(heap)
-            if name in self._present:
-                self._forget(name)
-                return name
+            mid = heapq.heappop(heap)
+            value = present.get(mid)
+            if value is not None:
+                rc = self._lowest_rc(mid, value)
+                self._forget(mid, rc)
+                if mid in present:
+                    heapq.heappush(heap, mid)  # its other name stays reachable from this heap
+                return _name(mid, rc)
         return None
 
     def peek_oldest(self) -> str | None:
         """The oldest name without removing it, or None when empty. O(log n) amortised (drops stale tops)."""
         heap, present = self._heap, self._present
         while heap:
-            if heap[0] in present:
-                return heap[0]
+            value = present.get(heap[0])
+            if value is not None:
+                return _name(heap[0], self._lowest_rc(heap[0], value))
             heapq.heappop(heap)
         return None
 
     def name_for(self, message_id: str) -> str | None:
         """The ready file name (``ID.RC``) of ``message_id``, if indexed."""
-        return self._by_id.get(message_id)
-
-    def _forget(self, name: str) -> None:
-        del self._present[name]
-        mid = name.partition(".")[0]
-        if self._by_id.get(mid) == name:
-            del self._by_id[mid]
+        if _ID_RE.fullmatch(message_id) is None:
+            return None
+        mid = _id_int(message_id)
+        value = self._present.get(mid)
+        return None if value is None else _name(mid, value & _RC_MASK)
 
     def pop_fuzzed(self, peers: int, rng: random.Random | None = None) -> str | None:
         """Remove and return a name chosen at random among the oldest ``peers + 1``.

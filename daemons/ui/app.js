@@ -59,6 +59,18 @@ async function api(method, path, { body, headers, text } = {}) {
   return raw ? JSON.parse(raw) : null;
 }
 
+// Every queue name starting with prefix: GET / answers 1,000 a page, then next_after (docs/api.md).
+async function listQueues(prefix) {
+  const names = [];
+  let after = "";
+  do {
+    const page = await api("GET", `/?prefix=${q(prefix)}${after ? `&after=${q(after)}` : ""}`);
+    names.push(...page.queues);
+    after = page.next_after || "";
+  } while (after);
+  return names;
+}
+
 function showError(err) {
   errorBox.hidden = false;
   if (err instanceof ApiError && err.status === 401) {
@@ -210,7 +222,7 @@ function listPage() {
   );
 
   async function refresh() {
-    const [{ queues }] = await Promise.all([api("GET", `/?prefix=${q(prefix)}`), sampleSendRates()]);
+    const [queues] = await Promise.all([listQueues(prefix), sampleSendRates()]);
     const shown = queues.slice(0, 200);
     const stats = await Promise.all(shown.map((name) => api("GET", `/${q(name)}`).catch(() => null)));
     body.replaceChildren(...shown.map((name, i) => {

@@ -169,8 +169,19 @@ def _peeked(queue: str, item: Mapping[str, Any]) -> PeekedMessage:
 
 
 def list_queues(prefix: str) -> Op[list[str]]:
-    answer = yield Request("GET", "/", {"prefix": prefix} if prefix else None)
-    return list(answer.json()["queues"])
+    """Every queue name starting with ``prefix``: ``GET /`` page by page (1,000 names a page, ``next_after``)."""
+    names: list[str] = []
+    after: str | None = None
+    while True:
+        params = {"prefix": prefix} if prefix else {}
+        if after:
+            params["after"] = after
+        answer = yield Request("GET", "/", params or None)
+        page = answer.json()
+        names.extend(page["queues"])
+        after = page.get("next_after")
+        if not after:
+            return names
 
 
 def create_queue(queue: str, attributes: Mapping[str, Any] | None) -> Op[bool]:

@@ -278,6 +278,20 @@ class Queues(StoreBase):
         except FileNotFoundError:
             raise self._not_found(queue) from None
 
+    def list_queue_dir(self, queue: QueueName) -> list[str]:
+        """Every file name in ``queues/<queue>/`` (ready names, ``.attributes``, ...), unfiltered: one ``listdir``.
+
+        The daemon's index build filters and parses them in one pass
+        (:class:`mqcore.index.Listing`); :meth:`scan_ready` is the filtered list.
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        try:
+            return listdir(self.layout.queue_dir(queue), missing_ok=False)
+        except FileNotFoundError:
+            raise self._not_found(queue) from None
+
     def policy(self, queue: QueueName) -> LeasePolicy:
         """The :class:`LeasePolicy` of ``queue`` from its ``.attributes`` and ``.purge`` files (two small reads).
 

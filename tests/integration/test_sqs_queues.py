@@ -175,10 +175,10 @@ async def test_list_queues_with_a_prefix(stack, queue):
     for suffix in ("-b", "-a", "x"):
         await stack.create_queue(prefix + suffix)
     reply = await stack.request("GET", f"/?prefix={prefix}-")
-    assert reply.status == 200 and reply.json == {"queues": [f"{prefix}-a", f"{prefix}-b"]}
+    assert reply.status == 200 and reply.json == {"queues": [f"{prefix}-a", f"{prefix}-b"], "next_after": None}
     everything = (await stack.request("GET", "/")).json["queues"]
     assert {f"{prefix}-a", f"{prefix}-b", f"{prefix}x"} <= set(everything) and everything == sorted(everything)
-    assert (await stack.request("GET", "/?prefix=zz-nothing-has-this")).json == {"queues": []}
+    assert (await stack.request("GET", "/?prefix=zz-nothing-has-this")).json == {"queues": [], "next_after": None}
     for bad in ("a.b", "a%20b", "a" * 81, "%2e%2e"):
         assert_error(await stack.request("GET", f"/?prefix={bad}"), 400, "invalid_request", bad)
     assert_error(await stack.request("GET", "/?name=x"), 400, "invalid_request", "unknown parameter")

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mqcore.index import ReadyIndex
+from mqcore.index import Listing, ReadyIndex
 from mqcore.names import IdGenerator, partition_of, ready_name
 
 #: A small pool of ids, so random operations often hit names already present or discarded.
@@ -155,8 +155,9 @@ def test_discarding_most_names_keeps_the_rest_in_order() -> None:
     all_names = [ready_name(gen.next_id(), 0) for _ in range(total)]
     order = list(all_names)
     random.Random(5).shuffle(order)
+    listing = Listing(all_names)  # parsed once; the same names as ``all_names``
     for discarded in range(total - 300, total + 1):
-        index = ReadyIndex(all_names)
+        index = ReadyIndex(listing)
         for name in order[:discarded]:
             index.discard(name)
         index.discard("never-added.0")
@@ -167,17 +168,55 @@ def test_discarding_most_names_keeps_the_rest_in_order() -> None:
 
 
 def test_add_after_discard_and_duplicate_adds_are_idempotent() -> None:
+    gen = IdGenerator()
+    a, b = (ready_name(gen.next_id(), 0) for _ in range(2))
     index = ReadyIndex()
-    index.add("b.0")
-    index.add("b.0")
-    index.discard("b.0")
-    index.add("b.0")
-    index.add("a.0")
-    index.discard("a.0")
+    index.add(b)
+    index.add(b)
+    index.discard(b)
+    index.add(b)
+    index.add(a)
+    index.discard(a)
     assert len(index) == 1
-    assert index.pop_oldest() == "b.0"
+    assert index.pop_oldest() == b
     assert index.pop_oldest() is None
-    assert "b.0" not in index
+    assert b not in index
+
+
+def test_only_ready_names_are_indexed() -> None:
+    """Any other name is refused by add and absent for ``in``, discard and name_for (the daemon filters listings)."""
+    gen = IdGenerator()
+    mid = gen.next_id()
+    index = ReadyIndex([ready_name(mid, 3)])
+    for other in ("b.0", ".attributes", mid, f"{mid}.03", f"{mid}.x", f"{mid.upper()}.0", f" {mid}.0"):
+        with pytest.raises(ValueError):
+            ReadyIndex().add(other)
+        with pytest.raises(ValueError):
+            ReadyIndex().update([other])
+        assert other not in index
+        index.discard(other)
+    index.discard(ready_name(mid, 1))  # another count of the same id: not indexed, nothing forgotten
+    assert len(index) == 1 and index.name_for(mid) == ready_name(mid, 3)
+    assert index.name_for(mid.upper()) is None and index.name_for(mid[:-1]) is None
+
+
+@given(st.lists(st.sampled_from(POOL_NAMES), max_size=40), st.lists(st.sampled_from(POOL_NAMES), max_size=10))
+def test_a_parsed_listing_is_the_same_as_its_names(listed: list[str], before: list[str]) -> None:
+    """``Listing`` (parsed on a worker thread) gives the index the same names as the names themselves."""
+    foreign = [".attributes", ".purge", "x.0", "tmp"]
+    by_names, by_listing = ReadyIndex(before), ReadyIndex(before)
+    by_names.update(listed)
+    by_listing.update(Listing(listed + foreign))
+    assert len(Listing(listed + foreign)) == len(listed)
+    assert [n for n in POOL_NAMES if n in by_names] == [n for n in POOL_NAMES if n in by_listing]
+    mark_a, mark_b = by_names.mark(), by_listing.mark()
+    assert sorted(by_names.drop_unlisted(mark_a, listed[::2])) == sorted(
+        by_listing.drop_unlisted(mark_b, Listing(listed[::2] + foreign))
+    )
+    popped = [by_listing.pop_oldest() for _ in range(len(by_listing))]
+    assert popped == [by_names.pop_oldest() for _ in range(len(by_names))]
+    assert popped == sorted(popped, key=lambda n: (n.partition(".")[0], int(n.partition(".")[2])))
+    assert ReadyIndex(Listing(listed)).peek_oldest() == (min(listed) if listed else None)
 
 
 @pytest.mark.parametrize("peers", [1, 3, 7])
@@ -200,8 +239,10 @@ def test_pop_fuzzed_picks_among_the_oldest_peers_plus_one(peers: int) -> None:
 
 
 def test_pop_fuzzed_with_fewer_names_than_peers() -> None:
-    index = ReadyIndex(["b.0", "a.0"])
-    assert index.pop_fuzzed(5, random.Random(3)) in {"a.0", "b.0"}
+    gen = IdGenerator()
+    a, b = (ready_name(gen.next_id(), 0) for _ in range(2))
+    index = ReadyIndex([b, a])
+    assert index.pop_fuzzed(5, random.Random(3)) in {a, b}
     assert len(index) == 1
     index.pop_fuzzed(5)
     assert index.pop_fuzzed(5) is None
