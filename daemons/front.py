@@ -1,9 +1,12 @@
 """mq: the HTTP front end (SoftLayer MQ's six endpoints plus SQS semantics) over the mqcore protocol.
 
-Worker pairs, as in SoftLayer MQ: ``--workers N`` starts N savers (threads
-that write, fsync and publish sent messages; their directory fsyncs are
-group-committed) and N fetchers. All receives of one queue run on one
-fetcher, chosen by a hash of the queue name, so they are serialized: with
+Worker threads, as SoftLayer MQ's worker pairs: ``--workers N`` starts N send
+savers (``daemons._savers``: each request's files written and fsynced, the
+renames of a batch published with one group-committed directory fsync), N
+general savers (queue administration, change of visibility, redrive) and N
+fetchers, plus one remover thread (deletes, one fsync of ``remove/`` per
+batch: ``daemons._handoff``). All receives of one queue run on one fetcher,
+chosen by a hash of the queue name, leased in batches in index order: with
 ``--peers 0`` a queue is strictly FIFO. Each fetcher keeps an in-memory index
 of its queues' ready files, filled by one listing when a queue is first used
 and kept fresh by this process's own sends, inotify events and a periodic
@@ -279,7 +282,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     envvar="MQ_WORKERS",
     show_envvar=True,
     show_default=True,
-    help="Worker pairs (one saver thread and one fetcher each).",
+    help="Threads of each kind: N send savers, N general savers and N fetchers (SoftLayer MQ's worker pairs).",
 )
 @click.option(
     "--peers",
