@@ -12,7 +12,7 @@ from typing import Any
 
 from mqcore.model import ReceivedMessage
 from mqcore.names import is_fifo_queue
-from mqcore.service.fifo import MAX_FIFO_ID_CHARS, sequence_number
+from mqcore.service.fifo import MAX_FIFO_ID_CHARS, message_fields, sequence_number
 
 #: FIFO queue attributes GetQueueAttributes reports for a FIFO queue (values: see :func:`queue_attributes_out`).
 FIFO_QUEUE_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
@@ -134,9 +134,4 @@ def sent_fields(queue: str, message_id: str) -> dict[str, str]:
 
 def system_attributes(message: ReceivedMessage) -> dict[str, str]:
     """MessageGroupId, MessageDeduplicationId and SequenceNumber of a FIFO message ({} for others)."""
-    if message.group_id is None:
-        return {}
-    out = {"MessageGroupId": message.group_id, "SequenceNumber": sequence_number(message.message_id)}
-    if message.dedup_id:
-        out["MessageDeduplicationId"] = message.dedup_id
-    return out
+    return message_fields(message, "MessageGroupId", "SequenceNumber", "MessageDeduplicationId")

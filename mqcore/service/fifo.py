@@ -308,14 +308,26 @@ def fifo_fields(queue: QueueName, group_id: object, dedup_id: object, where: str
     return group, dedup
 
 
-def native_fields(message: ReceivedMessage) -> dict[str, str]:
-    """``group_id``, ``deduplication_id`` and ``sequence_number`` of a received FIFO message ({} for others)."""
+def message_fields(message: ReceivedMessage, group: str, sequence: str, dedup: str) -> dict[str, str]:
+    """A received FIFO message's group id, sequence number and deduplication id, under the keys given.
+
+    Args:
+        message: The received message.
+        group, sequence, dedup: The keys (native ``group_id`` ... or SQS ``MessageGroupId`` ...).
+    Returns:
+        {} for a message of a standard queue; the deduplication id only when the send had one.
+    """
     if message.group_id is None:
         return {}
-    out = {"group_id": message.group_id, "sequence_number": sequence_number(message.message_id)}
+    out = {group: message.group_id, sequence: sequence_number(message.message_id)}
     if message.dedup_id:
-        out["deduplication_id"] = message.dedup_id
+        out[dedup] = message.dedup_id
     return out
+
+
+def native_fields(message: ReceivedMessage) -> dict[str, str]:
+    """``group_id``, ``deduplication_id`` and ``sequence_number`` of a received FIFO message ({} for others)."""
+    return message_fields(message, "group_id", "sequence_number", "deduplication_id")
 
 
 #: Raw receive headers of :func:`native_fields` (docs/api.md).
