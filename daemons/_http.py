@@ -627,7 +627,7 @@ def _peeked_json(message: PeekedFile) -> dict[str, Any]:
         "message_id": message.message_id,
         "state": message.state,
         **_stored_json(message),
-        "visible_at_ms": message.visible_at_ms,
+        "visible_at_ms": message.visibility_deadline_ms,
         "source_queue": message.source_queue,
     }
 

@@ -35,6 +35,7 @@ from tenacity.wait import wait_random_exponential
 
 from mqcore.client import _operations as ops
 from mqcore.client._operations import Op, Request, Response
+from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import DEFAULT_URL, AsyncQueueClient, QueueClient, documented_by
 from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import ConnectionFailed, MQError, error_from_json
@@ -143,8 +144,17 @@ class _Base:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
-    def _timeout(self, request: Request) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout_seconds, read=self.timeout_seconds + request.extra_read_seconds)
+    def _request_options(self, request: Request) -> dict[str, Any]:
+        """The arguments of ``httpx.Client.request`` (and the async one's) for ``request``."""
+        return {
+            "method": request.method,
+            "url": request.path,
+            "params": request.params,
+            "json": request.json,
+            "content": request.content,
+            "headers": request.headers,
+            "timeout": httpx.Timeout(self.timeout_seconds, read=self.timeout_seconds + request.extra_read_seconds),
+        }
 
     def _retry_sleep_seconds(self, state: RetryCallState) -> float:
         """Full-jitter exponential backoff, but at least the error's ``retry_after_seconds``."""
@@ -227,15 +237,7 @@ class Client(_Base):
 
     def _once(self, request: Request) -> Response:
         try:
-            response = self._http.request(
-                request.method,
-                request.path,
-                params=request.params,
-                json=request.json,
-                content=request.content,
-                headers=request.headers,
-                timeout=self._timeout(request),
-            )
+            response = self._http.request(**self._request_options(request))
         except httpx.TransportError as exc:
             raise _connection_failed(request, exc) from exc
         return _answer(response)
@@ -341,8 +343,9 @@ class Client(_Base):
     def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
         return self._run(ops.delete_batch(queue, receipt_handles))
 
-    def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
-        return self._run(ops.change_visibility(queue, receipt_handle, timeout_seconds))
+    @renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
+    def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
+        return self._run(ops.change_visibility(queue, receipt_handle, visibility_timeout_seconds))
 
     def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
         return self._run(ops.change_visibility_batch(queue, entries))
@@ -419,15 +422,7 @@ class AsyncClient(_Base):
 
     async def _once(self, request: Request) -> Response:
         try:
-            response = await self._http.request(
-                request.method,
-                request.path,
-                params=request.params,
-                json=request.json,
-                content=request.content,
-                headers=request.headers,
-                timeout=self._timeout(request),
-            )
+            response = await self._http.request(**self._request_options(request))
         except httpx.TransportError as exc:
             raise _connection_failed(request, exc) from exc
         return _answer(response)
@@ -533,8 +528,9 @@ class AsyncClient(_Base):
     async def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
         return await self._run(ops.delete_batch(queue, receipt_handles))
 
-    async def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
-        return await self._run(ops.change_visibility(queue, receipt_handle, timeout_seconds))
+    @renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
+    async def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
+        return await self._run(ops.change_visibility(queue, receipt_handle, visibility_timeout_seconds))
 
     async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
         return await self._run(ops.change_visibility_batch(queue, entries))

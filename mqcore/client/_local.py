@@ -40,6 +40,7 @@ from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_cli
 from mqcore.client._local_redrive import RedriveRunner
 from mqcore.client._local_send import Sender, json_body
 from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Watches, drive
+from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import QueueClient, documented_by
 from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
@@ -267,9 +268,10 @@ class LocalClient:
     def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
         return _each(self.store, queue, receipt_handles, self.delete)
 
-    def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
+    @renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
+    def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
         name = check_queue_name(queue)
-        timeout = VISIBILITY_TIMEOUT_SECONDS.check(timeout_seconds, key="field")
+        timeout = VISIBILITY_TIMEOUT_SECONDS.check(visibility_timeout_seconds, key="field")
         handle = check_handle(receipt_handle, name)
         now = now_ms()
         current = self.store.at(now).change_visibility(name, handle, timeout * 1000, hint=self._leases.current(handle))

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from mqcore.client._local import LocalClient
 from mqcore.client._local_send import json_body
 from mqcore.client._local_waiters import Op, Sleep, Undoable
+from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import AsyncQueueClient, documented_by
 from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import MQError
@@ -186,8 +187,9 @@ class AsyncLocalClient:
     async def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
         return await asyncio.to_thread(self.sync.delete_batch, queue, receipt_handles)
 
-    async def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
-        return await asyncio.to_thread(self.sync.change_visibility, queue, receipt_handle, timeout_seconds)
+    @renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
+    async def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
+        return await asyncio.to_thread(self.sync.change_visibility, queue, receipt_handle, visibility_timeout_seconds)
 
     async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
         return await asyncio.to_thread(self.sync.change_visibility_batch, queue, entries)

@@ -133,17 +133,24 @@ def _batch_results(answer: Any, count: int, success: Callable[[Mapping[str, Any]
     ]
 
 
+def _stored(queue: str, item: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a received and a peeked message share, from one entry of a JSON answer."""
+    return {
+        "queue": queue,
+        "message_id": item["message_id"],
+        "body": base64.b64decode(item["body_base64"]),
+        "content_type": item["content_type"],
+        "attributes": dict(item.get("attributes") or {}),
+        "sent_ms": item["sent_timestamp_ms"],
+        "receive_count": item["receive_count"],
+    }
+
+
 def _message(queue: str, item: Mapping[str, Any]) -> Message:
     """A :class:`Message` from one entry of a JSON receive answer."""
     return Message(
-        queue=queue,
-        message_id=item["message_id"],
+        **_stored(queue, item),
         receipt_handle=item["receipt_handle"],
-        body=base64.b64decode(item["body_base64"]),
-        content_type=item["content_type"],
-        attributes=dict(item.get("attributes") or {}),
-        sent_ms=item["sent_timestamp_ms"],
-        receive_count=item["receive_count"],
         first_receive_ms=item["first_receive_timestamp_ms"],
         visibility_deadline_ms=item["visibility_deadline_ms"],
         group_id=item.get("group_id"),
@@ -155,15 +162,9 @@ def _message(queue: str, item: Mapping[str, Any]) -> Message:
 def _peeked(queue: str, item: Mapping[str, Any]) -> PeekedMessage:
     """A :class:`PeekedMessage` from one entry of a peek answer."""
     return PeekedMessage(
-        queue=queue,
-        message_id=item["message_id"],
+        **_stored(queue, item),
         state=item["state"],
-        body=base64.b64decode(item["body_base64"]),
-        content_type=item["content_type"],
-        attributes=dict(item.get("attributes") or {}),
-        sent_ms=item["sent_timestamp_ms"],
-        receive_count=item["receive_count"],
-        visible_at_ms=item.get("visible_at_ms"),
+        visibility_deadline_ms=item.get("visible_at_ms"),
         source_queue=item.get("source_queue"),
     )
 
@@ -289,6 +290,11 @@ def _send_chunk(path: str, items: list[dict[str, Any]]) -> Op[list[str | MQError
     return _batch_results(answer.json(), len(items), lambda ok: str(ok["message_id"]))
 
 
+def _given(**params: str | int | None) -> dict[str, str | int]:
+    """The query parameters that are not None, in the order given (None = leave it to the server)."""
+    return {name: value for name, value in params.items() if value is not None}
+
+
 def receive(
     queue: str,
     max_messages: int,
@@ -299,17 +305,14 @@ def receive(
     partitions: int | None,
 ) -> Op[list[Message]]:
     path = _queue_path(queue, "messages")
-    params: dict[str, str | int] = {"max_messages": max_messages}  # always the JSON form
-    if wait_time_seconds is not None:
-        params["wait_time_seconds"] = wait_time_seconds
-    if visibility_timeout_seconds is not None:
-        params["visibility_timeout_seconds"] = visibility_timeout_seconds
-    if attempt_id is not None:
-        params["attempt_id"] = attempt_id
-    if partition is not None:
-        params["partition"] = partition
-    if partitions is not None:
-        params["partitions"] = partitions
+    params = _given(
+        max_messages=max_messages,  # always the JSON form
+        wait_time_seconds=wait_time_seconds,
+        visibility_timeout_seconds=visibility_timeout_seconds,
+        attempt_id=attempt_id,
+        partition=partition,
+        partitions=partitions,
+    )
     # Without wait_time_seconds the queue's receive_wait_seconds (at most 20) applies.
     wait = MAX_WAIT_SECONDS if wait_time_seconds is None else max(0, wait_time_seconds)
     answer = yield Request("GET", path, params, extra_read_seconds=wait)
@@ -344,29 +347,23 @@ def change_visibility_batch(queue: str, entries: Sequence[tuple[str, int]]) -> O
     for start in range(0, len(entries), HANDLE_BATCH_SIZE):
         chunk = entries[start : start + HANDLE_BATCH_SIZE]
         items = [
-            {"id": str(i), "receipt_handle": handle, "visibility_timeout_seconds": timeout_seconds}
-            for i, (handle, timeout_seconds) in enumerate(chunk)
+            {"id": str(i), "receipt_handle": handle, "visibility_timeout_seconds": seconds}
+            for i, (handle, seconds) in enumerate(chunk)
         ]
         answer = yield Request("POST", path, json={"entries": items})
         results += _batch_results(answer.json(), len(chunk), lambda ok: int(ok["visibility_deadline_ms"]))
     return results
 
 
-def change_visibility(queue: str, receipt_handle: str, timeout_seconds: int) -> Op[int]:
-    (result,) = yield from change_visibility_batch(queue, [(receipt_handle, timeout_seconds)])
+def change_visibility(queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> Op[int]:
+    (result,) = yield from change_visibility_batch(queue, [(receipt_handle, visibility_timeout_seconds)])
     if isinstance(result, MQError):
         raise result
     return result
 
 
 def peek(queue: str, after: str | None, limit: int, partition: int | None, partitions: int | None) -> Op[PeekPage]:
-    params: dict[str, str | int] = {"limit": limit}
-    if after is not None:
-        params["after"] = after
-    if partition is not None:
-        params["partition"] = partition
-    if partitions is not None:
-        params["partitions"] = partitions
+    params = _given(limit=limit, after=after, partition=partition, partitions=partitions)
     answer = yield Request("GET", _queue_path(queue, "peek"), params)
     data = answer.json()
     return PeekPage([_peeked(queue, item) for item in data["messages"]], data.get("next_after"))

@@ -305,14 +305,15 @@ class QueueClient(Protocol):
         """
         ...
 
-    def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int:
+    def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
         """Set the visibility timeout of a received message, counted from now (SQS ChangeMessageVisibility).
 
         Args:
             queue: Queue name.
             receipt_handle: Handle from the receive (it stays valid after the change).
-            timeout_seconds: The new visibility timeout, 0-43,200 seconds from now; 0 makes the
-                message ready at once. SQS: VisibilityTimeout.
+            visibility_timeout_seconds: The new visibility timeout, 0-43,200 seconds from now; 0
+                makes the message ready at once. SQS: VisibilityTimeout. Its former name
+                ``timeout_seconds=`` still works in 0.1 with a DeprecationWarning and goes in 0.2.
         Returns:
             The new visibility deadline, epoch milliseconds.
         Raises:
@@ -320,7 +321,7 @@ class QueueClient(Protocol):
             MessageNotInFlight: Its visibility timeout had already ended.
             MessageNotFound: The message was deleted.
             InvalidReceiptHandle: Malformed, or a handle of another queue.
-            InvalidRequest: ``timeout_seconds`` out of range.
+            InvalidRequest: ``visibility_timeout_seconds`` out of range.
         """
         ...
 
@@ -331,7 +332,7 @@ class QueueClient(Protocol):
 
         Args:
             queue: Queue name.
-            entries: ``(receipt_handle, timeout_seconds)`` pairs, as :meth:`change_visibility`.
+            entries: ``(receipt_handle, visibility_timeout_seconds)`` pairs, as :meth:`change_visibility`.
         Returns:
             One result per entry, in order: the new visibility deadline (epoch ms) or the error.
         """
@@ -532,7 +533,7 @@ class AsyncQueueClient(Protocol):
 
     async def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]: ...
 
-    async def change_visibility(self, queue: str, receipt_handle: str, timeout_seconds: int) -> int: ...
+    async def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int: ...
 
     async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]: ...
 

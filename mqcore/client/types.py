@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mqcore.client._renamed import renamed_attribute
+
 #: Content-Type the client gives a body sent as ``str``.
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 #: Content-Type of :meth:`send_json` bodies (SMQ's payloads).
@@ -96,8 +98,9 @@ class PeekedMessage(_Body):
         attributes: User message attributes.
         sent_ms: Send time, epoch milliseconds.
         receive_count: Receives so far (0 = never received).
-        visible_at_ms: When an ``in_flight`` or ``delayed`` message becomes ready again,
-            epoch milliseconds; None for ``ready``.
+        visibility_deadline_ms: When an ``in_flight`` or ``delayed`` message becomes ready
+            again, epoch milliseconds; None for ``ready``. Its former name ``visible_at_ms``
+            still reads in 0.1 with a DeprecationWarning and goes in 0.2.
         source_queue: The queue it was first sent to (differs from ``queue`` once
             dead-lettered), or None if unknown.
     """
@@ -110,8 +113,10 @@ class PeekedMessage(_Body):
     attributes: Mapping[str, str] = field(default_factory=dict)
     sent_ms: int = 0
     receive_count: int = 0
-    visible_at_ms: int | None = None
+    visibility_deadline_ms: int | None = None
     source_queue: str | None = None
+
+    visible_at_ms = renamed_attribute("visible_at_ms", "visibility_deadline_ms", removed_in="0.2")
 
 
 @dataclass(frozen=True, slots=True)

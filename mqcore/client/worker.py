@@ -729,14 +729,14 @@ class _Run:
             self._fail(exc)
 
     def _extend(self, lease: _Lease) -> None:
-        timeout_seconds = self.visibility_timeout_seconds
+        seconds = self.visibility_timeout_seconds
         message = lease.message
         with lease.lock:
             if not lease.active:
                 return
             started = time.monotonic()
             try:
-                self.api.change_visibility(self.queue, message.receipt_handle, timeout_seconds)
+                self.api.change_visibility(self.queue, message.receipt_handle, visibility_timeout_seconds=seconds)
             except _LEASE_OVER_ERRORS as exc:
                 logger.warning(
                     "lease extension failed, the lease is over: another consumer may receive the message "
@@ -755,16 +755,16 @@ class _Run:
                     exc.code,
                     exc,
                 )
-                next_at = started + min(EXTEND_RETRY_SECONDS, timeout_seconds / 3)
+                next_at = started + min(EXTEND_RETRY_SECONDS, seconds / 3)
             else:
                 logger.debug(
                     "lease extended queue=%s id=%s visibility_timeout_seconds=%d",
                     self.queue,
                     message.message_id,
-                    timeout_seconds,
+                    seconds,
                 )
                 self._count(extended=1)
-                next_at = started + timeout_seconds / 3
+                next_at = started + seconds / 3
             with self.beat:
                 if next_at is None:
                     self.leases.discard(lease)

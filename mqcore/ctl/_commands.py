@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mqcore.attributes import MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_SECONDS
-from mqcore.ctl._group import ClientOptions, cli, parse_queue_attributes, pass_options
+from mqcore.ctl._group import ClientOptions, cli, optional_count, parse_queue_attributes, pass_options
 from mqcore.ctl._output import (
     EXIT_ERROR,
     EXIT_NOINPUT,
@@ -123,19 +123,17 @@ def queues_stats(opts: ClientOptions, queue: str) -> None:
 @cli.command()
 @click.argument("queue")
 @click.option("--count", type=click.IntRange(min=1), default=1, show_default=True, help="Receive up to N messages.")
-@click.option(
+@optional_count(
     "--wait",
     "wait_time_seconds",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Wait up to SECONDS for messages (long polling) [default: the queue's receive_wait_seconds].",
+    0,
+    "Wait up to SECONDS for messages (long polling) [default: the queue's receive_wait_seconds].",
 )
-@click.option(
+@optional_count(
     "--visibility-timeout",
     "visibility_timeout_seconds",
-    type=click.IntRange(min=0),
-    default=None,
-    help=f"Seconds the messages stay in flight (0-{MAX_VISIBILITY_TIMEOUT_SECONDS}) [default: the queue's].",
+    0,
+    f"Seconds the messages stay in flight (0-{MAX_VISIBILITY_TIMEOUT_SECONDS}) [default: the queue's].",
 )
 @click.option("--delete", "delete_after", is_flag=True, help="Delete each message once it is printed.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, with the receipt handle.")
@@ -269,12 +267,7 @@ def purge(opts: ClientOptions, queue: str) -> None:
 @click.option(
     "--to", "destination", default=None, help="Move every message to this queue [default: each one's source]."
 )
-@click.option(
-    "--rate",
-    type=click.IntRange(min=1),
-    default=None,
-    help=f"At most N messages per second [server: {DEFAULT_REDRIVE_RATE}].",
-)
+@optional_count("--rate", "rate", 1, f"At most N messages per second [server: {DEFAULT_REDRIVE_RATE}].")
 @click.option("--wait", "wait", is_flag=True, help="Wait until the redrive ends (progress bar on stderr).")
 @click.option("--status", "status", is_flag=True, help="Print the status of the last redrive instead.")
 @click.option("--cancel", "cancel", is_flag=True, help="Cancel the running redrive instead.")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -33,6 +33,8 @@ server_url: str | None = None
 
 
 # -- parameters -------------------------------------------------------------------------------------------
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def split_pair(text: str, what: str, option: str) -> tuple[str, str]:
@@ -132,6 +134,18 @@ class ClientOptions:
 
 #: Passes the group's :class:`ClientOptions` to a command as its first argument.
 pass_options = click.make_pass_decorator(ClientOptions)
+
+
+def optional_count(flag: str, name: str, minimum: int, help_text: str) -> Callable[[_F], _F]:
+    """A ``--flag N`` option of a whole number >= ``minimum``, None when not given (the server decides).
+
+    Args:
+        flag: The option, e.g. ``"--delay"``.
+        name: The command's parameter it fills, e.g. ``"delay_seconds"``.
+        minimum: The smallest value click accepts (the server checks the upper bound).
+        help_text: The ``--help`` text, saying the unit and the default.
+    """
+    return click.option(flag, name, type=click.IntRange(min=minimum), default=None, help=help_text)
 
 
 # -- the group --------------------------------------------------------------------------------------------

@@ -142,6 +142,11 @@ def body_fields(body: bytes) -> dict[str, str]:
         return {"body_base64": base64.b64encode(body).decode("ascii")}
 
 
+def _content_json(message: Message | PeekedMessage) -> dict[str, Any]:
+    """The last keys of each message object: ``content_type``, ``attributes`` and the body (:func:`body_fields`)."""
+    return {"content_type": message.content_type, "attributes": dict(message.attributes), **body_fields(message.body)}
+
+
 def message_json(message: Message) -> dict[str, Any]:
     """The ``receive --json`` object of a received message."""
     return {
@@ -149,9 +154,7 @@ def message_json(message: Message) -> dict[str, Any]:
         "receipt_handle": message.receipt_handle,
         "receive_count": message.receive_count,
         "sent_ms": message.sent_ms,
-        "content_type": message.content_type,
-        "attributes": dict(message.attributes),
-        **body_fields(message.body),
+        **_content_json(message),
     }
 
 
@@ -163,11 +166,9 @@ def peeked_json(message: PeekedMessage) -> dict[str, Any]:
         "state": message.state,
         "receive_count": message.receive_count,
         "sent_ms": message.sent_ms,
-        "visible_at_ms": message.visible_at_ms,
+        "visible_at_ms": message.visibility_deadline_ms,
         "source_queue": message.source_queue,
-        "content_type": message.content_type,
-        "attributes": dict(message.attributes),
-        **body_fields(message.body),
+        **_content_json(message),
     }
 
 

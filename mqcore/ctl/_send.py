@@ -12,7 +12,14 @@ import click
 
 from mqcore.attributes import MAX_DELAY_SECONDS
 from mqcore.client.types import BatchEntry
-from mqcore.ctl._group import ClientOptions, cli, default_content_type, parse_message_attributes, pass_options
+from mqcore.ctl._group import (
+    ClientOptions,
+    cli,
+    default_content_type,
+    optional_count,
+    parse_message_attributes,
+    pass_options,
+)
 from mqcore.ctl._output import EXIT_IOERR, EXIT_OK, CtlError, exit_code_for, note, progress_bar, report, write_line
 from mqcore.errors import MQError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
@@ -30,13 +37,7 @@ from mqcore.limits import DEFAULT_BATCH_MESSAGES
     help="Send one message per line of FILE ('-' = lines of stdin), in batches of 10.",
 )
 @click.option("--content-type", default=None, help="Content type of the message(s) [default: text/plain if UTF-8].")
-@click.option(
-    "--delay",
-    "delay_seconds",
-    type=click.IntRange(min=0),
-    default=None,
-    help=f"Delay in seconds (0-{MAX_DELAY_SECONDS}).",
-)
+@optional_count("--delay", "delay_seconds", 0, f"Delay in seconds (0-{MAX_DELAY_SECONDS}).")
 @click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE", help="A message attribute (repeatable).")
 @click.option(
     "--progress/--no-progress",

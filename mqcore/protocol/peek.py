@@ -34,7 +34,7 @@ class PeekedFile:
         state: ``"ready"`` (in ``queues/Q/``), ``"in_flight"`` (in ``delay/``, received at
             least once) or ``"delayed"`` (in ``delay/``, never received: sent with a delay).
         receive_count: Receives so far (0 = never received).
-        visible_at_ms: When it becomes ready again (its ``delay/`` deadline), epoch ms;
+        visibility_deadline_ms: When it becomes ready again (its ``delay/`` deadline), epoch ms;
             None when ready.
         body: The body bytes.
         content_type: As sent.
@@ -47,7 +47,7 @@ class PeekedFile:
     message_id: MessageId
     state: str
     receive_count: int
-    visible_at_ms: int | None
+    visibility_deadline_ms: int | None
     body: bytes
     content_type: str
     attributes: dict[str, str]
@@ -179,7 +179,7 @@ class Peeking(Queues):
             message_id=MessageId(message_id),
             state="ready" if deadline is None else ("in_flight" if count > 0 else "delayed"),
             receive_count=count,
-            visible_at_ms=deadline,
+            visibility_deadline_ms=deadline,
             body=body,
             content_type=model.header_content_type(header),
             attributes=model.header_attributes(header),

@@ -407,7 +407,10 @@ def test_peek_gives_both_the_same_view(pair: Pair, queue: str) -> None:
         page = client.peek(queue, limit=2)
         assert [m.message_id for m in page.messages] == ids[:2] and page.next_after == ids[1]
         views.append(
-            [(m.message_id, m.state, m.receive_count, m.visible_at_ms, m.body) for m in client.iter_peek(queue)]
+            [
+                (m.message_id, m.state, m.receive_count, m.visibility_deadline_ms, m.body)
+                for m in client.iter_peek(queue)
+            ]
         )
     assert views[0] == views[1]
     assert [(i, state, count) for i, state, count, _, _ in views[0]] == [

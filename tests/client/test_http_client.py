@@ -552,8 +552,8 @@ async def test_peek_reads_without_receiving(api: Api, queue: str) -> None:
     assert page.next_after == ids[1]
     first = page.messages[0]
     assert (first.state, first.receive_count, first.queue) == ("in_flight", 1, queue)
-    assert first.visible_at_ms == received.visibility_deadline_ms
-    assert page.messages[1].state == "ready" and page.messages[1].visible_at_ms is None
+    assert first.visibility_deadline_ms == received.visibility_deadline_ms
+    assert page.messages[1].state == "ready" and page.messages[1].visibility_deadline_ms is None
     assert page.messages[1].text() == "m1" and page.messages[1].attributes == {"i": "1"}
 
     rest = await api.peek(queue, after=page.next_after, limit=10)

@@ -556,8 +556,8 @@ def test_peek_changes_nothing_and_pages(client: LocalClient, queue: str) -> None
         (ids[0], "in_flight", 1),
         (ids[1], "ready", 0),
     ]
-    assert page.messages[0].visible_at_ms == leased.visibility_deadline_ms
-    assert page.messages[1].visible_at_ms is None and page.next_after == ids[1]
+    assert page.messages[0].visibility_deadline_ms == leased.visibility_deadline_ms
+    assert page.messages[1].visibility_deadline_ms is None and page.next_after == ids[1]
     everything = list(client.iter_peek(queue, page_size=2))
     assert [m.message_id for m in everything] == [*ids, delayed]
     assert everything[-1].state == "delayed" and everything[-1].source_queue == queue

@@ -517,8 +517,8 @@ def test_peek_reads_every_state_in_id_order_and_changes_nothing(store: Store) ->
     page, next_after = store.peek(Q, limit=3)
     assert [m.message_id for m in page] == ids[:3]
     assert next_after == ids[2]
-    assert (page[0].state, page[0].receive_count, page[0].visible_at_ms) == ("in_flight", 1, now + VT_MS)
-    assert (page[1].state, page[1].body, page[1].attributes, page[1].visible_at_ms) == (
+    assert (page[0].state, page[0].receive_count, page[0].visibility_deadline_ms) == ("in_flight", 1, now + VT_MS)
+    assert (page[1].state, page[1].body, page[1].attributes, page[1].visibility_deadline_ms) == (
         "ready",
         b"m1",
         {"n": "1"},
