@@ -7,6 +7,7 @@ them: message ids, bodies, SequenceNumbers and the system attributes of received
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import botocore.config
 import pytest
 from botocore.exceptions import ClientError
 
-from mqcore.client import LocalClient
+from mqcore.client import AsyncClient, AsyncLocalClient, Client, LocalClient
 from mqcore.client.types import BatchEntry
 from mqcore.errors import InvalidRequest
 
@@ -386,6 +387,45 @@ def test_brokerless_client_shares_groups_and_deduplication_with_mq(stack: Any, s
         assert local.receive(queue, max_messages=10) == []
         local.delete(queue, first[0].receipt_handle)
         assert [m.body for m in local.receive(queue, max_messages=10)] == [b"local 1"]
+
+
+def test_send_of_every_client_takes_a_group_and_a_deduplication_id(stack: Any, sqs: Any) -> None:
+    url = new_fifo(sqs)
+    queue = url.rsplit("/", 1)[1]
+    plain = "std-" + uuid.uuid4().hex[:12]
+    sqs.create_queue(QueueName=plain)
+
+    async def send_async(client: Any, body: str, **kw: Any) -> str:
+        async with client:
+            return str(await client.send(queue, body, **kw))
+
+    with Client(stack.url) as http, LocalClient(stack.root) as local:
+        sent = [
+            http.send(queue, "http", group_id="g", deduplication_id="d1"),
+            local.send(queue, "local", group_id="g", deduplication_id="d2"),
+            asyncio.run(send_async(AsyncClient(stack.url), "async http", group_id="g", deduplication_id="d3")),
+            asyncio.run(send_async(AsyncLocalClient(stack.root), "async local", group_id="h", deduplication_id="d4")),
+        ]
+        # A resend of a deduplication id, by any client, stores nothing and answers the first id.
+        assert http.send(queue, "again", group_id="g", deduplication_id="d2") == sent[1]
+        assert local.send(queue, "again", group_id="g", deduplication_id="d1") == sent[0]
+        for client in (http, local):
+            with pytest.raises(InvalidRequest):
+                client.send(queue, "no group", deduplication_id="d5")
+            with pytest.raises(InvalidRequest):
+                client.send(queue, "no dedup id, no content-based deduplication", group_id="g")
+            with pytest.raises(InvalidRequest):
+                client.send(plain, "FIFO arguments on a standard queue", group_id="g")
+            with pytest.raises(InvalidRequest):
+                client.send(queue, "group id not printable ASCII", group_id="gr\u00fc\u00df", deduplication_id="d6")
+        got = http.receive(queue, max_messages=10)
+        assert [(m.message_id, m.body, m.group_id, m.deduplication_id) for m in got] == [
+            (sent[0], b"http", "g", "d1"),
+            (sent[1], b"local", "g", "d2"),
+            (sent[2], b"async http", "g", "d3"),
+            (sent[3], b"async local", "h", "d4"),
+        ]  # each stored once, in send order
+        assert receive(sqs, url, 10) == []  # both groups in flight
 
 
 def test_mqctl_sends_to_a_fifo_queue(stack: Any, sqs: Any) -> None:
