@@ -490,3 +490,42 @@ def test_concurrent_consumers_on_two_daemons_never_hold_one_group_twice(
         assert seen == {g: list(range(per_group)) for g in groups}  # each group whole, in order, once
     finally:
         other.stop()
+
+
+def test_dead_letter_queue_of_a_fifo_queue_is_fifo_and_a_redrive_keeps_the_group(stack: Any, sqs: Any) -> None:
+    dlq = new_fifo(sqs)
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    standard = sqs.create_queue(QueueName=f"std-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    standard_arn = sqs.get_queue_attributes(QueueUrl=standard, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    # SQS: a dead-letter queue is of the same type as its source, on CreateQueue and SetQueueAttributes.
+    to_standard = {"RedrivePolicy": json.dumps({"deadLetterTargetArn": standard_arn, "maxReceiveCount": 2})}
+    with pytest.raises(ClientError) as info:
+        new_fifo(sqs, **to_standard)
+    assert error_code(info.value) == "InvalidParameterValue"
+    source = new_fifo(sqs)
+    with pytest.raises(ClientError) as info:
+        sqs.set_queue_attributes(QueueUrl=source, Attributes=to_standard)
+    assert error_code(info.value) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as info:
+        policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+        sqs.set_queue_attributes(QueueUrl=standard, Attributes={"RedrivePolicy": policy})
+    assert error_code(info.value) == "InvalidParameterValue"
+    with LocalClient(stack.root) as local, pytest.raises(InvalidRequest):  # the rule is the core's
+        local.set_attributes(source.rsplit("/", 1)[1], {"dead_letter_queue": standard.rsplit("/", 1)[1]})
+
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    sqs.set_queue_attributes(QueueUrl=source, Attributes={"RedrivePolicy": policy})
+    sent = sqs.send_message(QueueUrl=source, MessageBody="poison", MessageGroupId="g", MessageDeduplicationId="p")
+    for _ in range(2):  # received maxReceiveCount times, never deleted
+        message = receive_until(sqs, source, VisibilityTimeout=30)[0]
+        sqs.change_message_visibility(QueueUrl=source, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    assert receive(sqs, source, wait=1) == []
+    dead = receive_until(sqs, dlq)
+    assert [(m["MessageId"], m["Body"], m["Attributes"]["MessageGroupId"]) for m in dead] == [
+        (sent["MessageId"], "poison", "g")
+    ]
+    sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
+
+    sqs.start_message_move_task(SourceArn=dlq_arn)  # SQS redrives FIFO dead-letter queues too (since 2023)
+    back = receive_until(sqs, source)
+    assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in back] == [("poison", "g")]
