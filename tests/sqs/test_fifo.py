@@ -352,6 +352,9 @@ def test_fifo_name_on_the_native_api(stack: Any) -> None:
     status, _, body = call("GET", f"/{queue}/messages?max_messages=10")
     got = json.loads(body)["messages"]
     assert [(m["group_id"], m.get("deduplication_id")) for m in got] == [("h", hashlib.sha256(b"other").hexdigest())]
+    status, _, body = call("GET", f"/{queue}/peek")
+    peeked = [(m["message_id"] == first, m["state"], m["group_id"]) for m in json.loads(body)["messages"]]
+    assert peeked == [(True, "in_flight", "g"), (False, "ready", "g"), (False, "in_flight", "h")]
 
     plain = f"plain-{uuid.uuid4().hex[:8]}"
     status, _, body = call("PUT", f"/{plain}", json.dumps({"content_based_deduplication": True}).encode())
@@ -361,6 +364,9 @@ def test_fifo_name_on_the_native_api(stack: Any) -> None:
     assert status == 400 and json.loads(body)["error"] == "invalid_request"  # FIFO parameters on a standard queue
     status, headers, _ = call("GET", f"/{plain}/messages")
     assert status == 204
+    call("POST", f"/{plain}/messages", b"standard")
+    status, _, body = call("GET", f"/{plain}/peek")
+    assert [("group_id" in m, m["state"]) for m in json.loads(body)["messages"]] == [(False, "ready")]
 
 
 def test_brokerless_client_shares_groups_and_deduplication_with_mq(stack: Any, sqs: Any) -> None:
