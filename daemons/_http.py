@@ -629,6 +629,7 @@ def _peeked_json(message: PeekedFile) -> dict[str, Any]:
         **_stored_json(message),
         "visible_at_ms": message.visibility_deadline_ms,
         "source_queue": message.source_queue,
+        **({"group_id": message.group_id} if message.group_id is not None else {}),  # FIFO queues
     }
 
 

@@ -23,7 +23,9 @@ reaping:
 - for each queue, ``Store.expire_queue``: ready files ``queues/Q/ID.RC`` that
   are past the queue's retention period (send time from the id +
   ``retention_seconds``) or purged (id <= the ``.purge`` marker's id) are
-  renamed to ``remove/Q.ID``;
+  renamed to ``remove/Q.ID``; and of a FIFO queue, ``sweep_dedup``: its
+  deduplication records ``queues/Q/.dedup.HASH`` older than the 5-minute
+  window plus a minute are unlinked (docs/protocol.md 19.2);
 - ``Store.expire_in_flight``: the same for ``delay/DL.Q.ID.RC`` (in flight or
   delayed), without waiting for their deadline;
 - ``Store.sweep_attempts``: receive request attempt records in ``attempts/``
@@ -68,8 +70,9 @@ from daemons._runtime import (
 )
 from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
 from mqcore.errors import MQError
-from mqcore.names import REMOVED_QUEUE_SUFFIX
+from mqcore.names import REMOVED_QUEUE_SUFFIX, is_fifo_queue
 from mqcore.protocol import Store
+from mqcore.protocol.fifo import REAPER_MIN_AGE_MS, sweep_dedup
 from mqcore.watch import DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.reaper")
@@ -145,11 +148,13 @@ class ExpirySweep:
     """Staging directories of abandoned queue creations removed."""
     errors: int = 0
     """Steps that failed (logged; retried at the next sweep)."""
+    dedup: int = 0
+    """Expired deduplication records of FIFO queues unlinked (docs/protocol.md 19.2)."""
 
     @property
     def removed(self) -> int:
         """Everything moved or unlinked."""
-        return self.ready + self.in_flight + self.attempts + self.staging
+        return self.ready + self.in_flight + self.attempts + self.staging + self.dedup
 
 
 class Reaper(WatchedDirDaemon):
@@ -361,7 +366,7 @@ class Reaper(WatchedDirDaemon):
         store = self.store if now is None else self.store.at(now)
         queues = await self._step("list_queues", store.list_queues)
         errors = int(queues is None)
-        ready = swept = 0
+        ready = swept = dedup = 0
         for queue in queues or ():
             if stopped():
                 break
@@ -374,6 +379,12 @@ class Reaper(WatchedDirDaemon):
                 if self.metrics is not None:
                     self.metrics.expired_ready(queue, moved)
                 logger.info("expired ready messages queue=%s removed=%d", queue, moved)
+            if is_fifo_queue(queue) and not stopped():  # so that a queue no longer sent to sheds its records
+                records = await self._step(
+                    f"sweep_dedup queue={queue}", sweep_dedup, store, queue, None, REAPER_MIN_AGE_MS
+                )
+                errors += records is None
+                dedup += records or 0
         counts: list[int] = []
         for what, fn, args in (
             ("expire_in_flight", store.expire_in_flight, ()),
@@ -384,19 +395,20 @@ class Reaper(WatchedDirDaemon):
             if n is None:
                 errors += 1
             counts.append(n or 0)
-        result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors)
+        result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors, dedup)
         if self.metrics is not None:
             self.metrics.in_flight_removed.inc(result.in_flight)
             self.metrics.errors.inc(result.errors)
         logger.log(
             logging.INFO if result.removed or result.errors else logging.DEBUG,
             "expiry sweep queues=%d ready_removed=%d in_flight_removed=%d attempts_removed=%d "
-            "staging_removed=%d errors=%d elapsed_ms=%d",
+            "staging_removed=%d dedup_removed=%d errors=%d elapsed_ms=%d",
             result.queues,
             result.ready,
             result.in_flight,
             result.attempts,
             result.staging,
+            result.dedup,
             result.errors,
             (time.monotonic() - started) * 1000,
         )

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from mqcore.errors import InvalidAttribute, cap, echo
+from mqcore.errors import InvalidAttribute, InvalidRequest, cap, echo
 from mqcore.names import QueueName, check_queue_name, is_fifo_queue
 
 #: Largest visibility timeout, in seconds (SQS: VisibilityTimeout 0-43200).
@@ -185,12 +185,23 @@ def check_changes(obj: object) -> dict[str, Any]:
 
 
 def check_queue_kind(queue: str, changes: dict[str, Any]) -> None:
-    """Refuse FIFO-only attributes on a standard queue (SQS: ContentBasedDeduplication is FIFO only).
+    """Refuse attributes that do not fit the queue's kind (FIFO or standard; SQS's rules).
 
     Raises:
         InvalidAttribute: ``content_based_deduplication`` true on a queue whose name does not end ``.fifo``;
             ``delay_seconds`` above 0 on a FIFO queue (mq's FIFO queues have no delay, docs/sqs.md).
+        InvalidRequest: A ``dead_letter_queue`` of the other kind: a FIFO queue's must be FIFO, a
+            standard queue's standard (SQS: "Dead-letter queue must be same type of queue as the
+            source", InvalidParameterValue on CreateQueue and SetQueueAttributes).
     """
+    target = changes.get("dead_letter_queue")
+    if target is not None and is_fifo_queue(target) != is_fifo_queue(queue):
+        kind = "a FIFO queue" if is_fifo_queue(queue) else "a standard queue"
+        raise InvalidRequest(
+            f"the dead-letter queue of {kind} must be {kind} too (SQS: same type of queue as the source)",
+            parameter="dead_letter_queue",
+            value=target,
+        )
     if changes.get("content_based_deduplication") and not is_fifo_queue(queue):
         raise InvalidAttribute(
             "content_based_deduplication is for FIFO queues only (names ending in .fifo)",

@@ -299,8 +299,10 @@ class Client(_Base):
         content_type: str | None = None,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
-        return self._run(ops.send(queue, body, content_type, attributes, delay_seconds))
+        return self._run(ops.send(queue, body, content_type, attributes, delay_seconds, group_id, deduplication_id))
 
     def send_json(
         self,
@@ -484,8 +486,11 @@ class AsyncClient(_Base):
         content_type: str | None = None,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
-        return await self._run(ops.send(queue, body, content_type, attributes, delay_seconds))
+        op = ops.send(queue, body, content_type, attributes, delay_seconds, group_id, deduplication_id)
+        return await self._run(op)
 
     async def send_json(
         self,

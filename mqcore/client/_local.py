@@ -213,8 +213,11 @@ class LocalClient:
         content_type: str | None = None,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
-        return drive(self.sender.send_op(queue, BatchEntry(body, content_type, attributes, delay_seconds)))
+        entry = BatchEntry(body, content_type, attributes, delay_seconds, group_id, deduplication_id)
+        return drive(self.sender.send_op(queue, entry))
 
     def send_json(
         self,

@@ -141,8 +141,11 @@ class AsyncLocalClient:
         content_type: str | None = None,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
-        return await _drive(self.sync.sender.send_op(queue, BatchEntry(body, content_type, attributes, delay_seconds)))
+        entry = BatchEntry(body, content_type, attributes, delay_seconds, group_id, deduplication_id)
+        return await _drive(self.sync.sender.send_op(queue, entry))
 
     async def send_json(
         self,

@@ -32,6 +32,7 @@ from mqcore.client.types import JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE, BatchEntry
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
 from mqcore.names import check_message_id, check_queue_name
+from mqcore.service.fifo import check_fifo_id
 
 T = TypeVar("T")
 
@@ -220,6 +221,8 @@ def send(
     content_type: str | None,
     attributes: Mapping[str, str] | None,
     delay_seconds: int | None,
+    group_id: str | None = None,
+    deduplication_id: str | None = None,
 ) -> Op[str]:
     path = _queue_path(queue, "messages")
     data, content_type = _body_bytes(body, content_type)
@@ -230,6 +233,11 @@ def send(
         headers["X-Delay-Seconds"] = str(delay_seconds)
     if attributes:
         headers["X-Message-Attributes"] = _attributes_header(attributes)
+    # FIFO queues (docs/api.md "FIFO queues"); checked here too, as a header cannot carry every string.
+    if group_id is not None:
+        headers["X-Message-Group-Id"] = check_fifo_id(group_id, "group_id")
+    if deduplication_id is not None:
+        headers["X-Message-Deduplication-Id"] = check_fifo_id(deduplication_id, "deduplication_id")
     # A send to a full queue may wait up to capacity_wait_seconds (0-20) for room.
     answer = yield Request("POST", path, content=data, headers=headers, extra_read_seconds=MAX_WAIT_SECONDS)
     return str(answer.json()["message_id"])

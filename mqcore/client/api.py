@@ -156,6 +156,8 @@ class QueueClient(Protocol):
         content_type: str | None = None,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
         """Send one message (``POST /{queue}/messages``; SQS SendMessage); durable when this returns.
 
@@ -168,18 +170,27 @@ class QueueClient(Protocol):
             attributes: Message attributes, name -> string (at most 10; SQS's name rules).
                 SQS: MessageAttributes.
             delay_seconds: 0-900: invisible this long; None = the queue's ``delay_seconds``.
-                SQS: DelaySeconds.
+                SQS: DelaySeconds. Refused on a FIFO queue (as SQS does).
+            group_id: The message group: required on a FIFO queue (a name ending ``.fifo``),
+                refused elsewhere; 1-128 characters of ``[!-~]``. SQS: MessageGroupId.
+            deduplication_id: FIFO queues only: a send with the id of a message sent in the last
+                5 minutes stores nothing and returns that message's id; None = the body's SHA-256
+                if the queue has ``content_based_deduplication`` (else InvalidRequest); 1-128
+                characters of ``[!-~]``. SQS: MessageDeduplicationId.
         Returns:
-            The message id (a lowercase UUIDv7).
+            The message id (a lowercase UUIDv7); for a duplicate, the first message's id.
         Raises:
             MessageTooLarge: Body plus attributes over ``max_message_bytes``
                 (``details["size_bytes"]``, ``details["max_bytes"]``).
             InvalidAttribute: A bad message attribute.
-            InvalidRequest: ``delay_seconds`` out of range, or a bad ``content_type``.
+            InvalidRequest: ``delay_seconds`` out of range, or a bad ``content_type``; on a FIFO
+                queue no ``group_id``, no deduplication id (given or content-based), a bad one,
+                or a ``delay_seconds``; FIFO arguments on a standard queue.
             QueueFull: The queue held its ``capacity`` of ready messages for
                 ``capacity_wait_seconds`` (never for a delayed send; HTTP: after the retries).
             ConnectionFailed: No answer; the message may or may not have been stored (a retry
-                after a lost answer can store it twice: delivery is at least once).
+                after a lost answer can store it twice: delivery is at least once; on a FIFO
+                queue a retry with the same deduplication id within 5 minutes stores it once).
             TypeError: ``body`` is neither bytes nor str.
         """
         ...
@@ -500,6 +511,8 @@ class AsyncQueueClient(Protocol):
         content_type: str | None = None,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str: ...
 
     async def send_json(

@@ -56,6 +56,9 @@ DEDUP_KEY = "dedup_id"
 SWEEP_INTERVAL_MS = 60_000
 #: Age below which an unreadable record is taken for one being written, not one torn by a crash, in ms.
 TORN_RECORD_MS = 10_000
+#: Least age (by mtime) of a record mq-reaper sweeps, in ms: the window plus a minute, for hosts sharing a root
+#: whose clocks (and the file server's mtimes) differ a little.
+REAPER_MIN_AGE_MS = DEDUP_WINDOW_MS + 60_000
 #: Bytes read to find a header: more than its largest form (8,000 bytes of attributes, 1,024 of content type, ids).
 HEADER_READ_BYTES = 65_536
 
@@ -215,14 +218,31 @@ def send_fifo(store: Store, queue: QueueName, message: FifoSend) -> tuple[Messag
     raise StorageUnavailable("the deduplication record kept changing under this send")
 
 
-def sweep_dedup(store: Store, queue: QueueName, now_ms: int | None = None) -> int:
-    """Unlink the queue's deduplication records (and retired ``.old`` ones) older than the window, by mtime.
+def sweep_dedup(store: Store, queue: QueueName, now_ms: int | None = None, min_age_ms: int = DEDUP_WINDOW_MS) -> int:
+    """Unlink the queue's deduplication records (and retired ``.old`` ones) older than ``min_age_ms``, by mtime.
 
+    Used by senders (:func:`send_fifo`, at most once a minute) and by mq-reaper's expiry sweep
+    (``min_age_ms`` = :data:`REAPER_MIN_AGE_MS`). A record is never unlinked by the name it was
+    judged under: it is renamed to a unique ``.old`` name first and its age checked again there,
+    so a record that a sender put in place between the first check and the rename (an expired
+    one retired and a new one written, docs/protocol.md 19.2 steps 2 and 4) is linked back, not
+    lost.
+
+    Args:
+        store: The root.
+        queue: A FIFO queue.
+        now_ms: The time to judge by, epoch ms (default: the store's clock).
+        min_age_ms: Records whose mtime is less than this old are kept; at least the window
+            (SQS: 5 minutes), so no live record and no record of a send in progress is removed.
     Returns:
         How many were unlinked. Listing or stat errors end the sweep quietly (the next one retries).
+    Raises:
+        ValueError: ``min_age_ms`` below :data:`DEDUP_WINDOW_MS`.
     """
+    if min_age_ms < DEDUP_WINDOW_MS:
+        raise ValueError(f"min_age_ms must be at least the deduplication window ({DEDUP_WINDOW_MS} ms)")
     now = store.clock() if now_ms is None else now_ms
-    cutoff_ns = (now - DEDUP_WINDOW_MS) * 1_000_000
+    cutoff_ns = (now - min_age_ms) * 1_000_000
     removed = 0
     try:
         with os.scandir(store.layout.queue_dir(queue)) as entries:
@@ -230,12 +250,36 @@ def sweep_dedup(store: Store, queue: QueueName, now_ms: int | None = None) -> in
                 if not entry.name.startswith(DEDUP_PREFIX):
                     continue
                 with contextlib.suppress(OSError):
-                    if entry.stat(follow_symlinks=False).st_mtime_ns < cutoff_ns:
+                    if entry.stat(follow_symlinks=False).st_mtime_ns >= cutoff_ns:
+                        continue
+                    if entry.name.endswith(".old"):  # retired: never read again
                         os.unlink(entry.path)
-                        removed += 1
+                    elif not _sweep_record(entry.path, cutoff_ns):
+                        continue
+                    removed += 1
     except OSError:
         return removed
     return removed
+
+
+def _sweep_record(path: str, cutoff_ns: int) -> bool:
+    """Retire the record ``path``, judged older than ``cutoff_ns``; True if an old record was unlinked.
+
+    Raises:
+        OSError: The rename or a stat failed (the record is then where it was, or retired).
+    """
+    old = f"{path}.{uuid.uuid4().hex}.old"
+    try:
+        os.rename(path, old)
+    except FileNotFoundError:
+        return False  # a sender retired it first
+    if os.stat(old).st_mtime_ns >= cutoff_ns:  # replaced by a sender since the first stat: put it back
+        with contextlib.suppress(FileExistsError):  # a newer record of the same id is there: it stands
+            os.link(old, path)
+        os.unlink(old)
+        return False
+    os.unlink(old)
+    return True
 
 
 def _maybe_sweep(store: Store, queue: QueueName) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mqcore import model
 from mqcore.limits import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
@@ -41,6 +42,7 @@ class PeekedFile:
         attributes: User message attributes.
         source_queue: The queue it was first sent to (its header's ``queue``), or None.
         attribute_types: SQS DataType of attributes that are not plain ``String``.
+        group_id: A FIFO queue's message: its group (SQS: MessageGroupId); None otherwise.
     """
 
     queue: QueueName
@@ -53,6 +55,7 @@ class PeekedFile:
     attributes: dict[str, str]
     source_queue: str | None
     attribute_types: dict[str, str] = field(default_factory=dict)
+    group_id: str | None = None
 
     @property
     def sent_ms(self) -> int:
@@ -185,4 +188,11 @@ class Peeking(Queues):
             attributes=model.header_attributes(header),
             attribute_types=model.header_attribute_types(header),
             source_queue=model.header_source_queue(header),
+            group_id=_group_of(header),
         )
+
+
+def _group_of(header: dict[str, Any]) -> str | None:
+    """A FIFO message's group from its header (key ``group_id``, docs/protocol.md 19.2), or None."""
+    group = header.get("group_id")
+    return group if isinstance(group, str) else None

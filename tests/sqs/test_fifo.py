@@ -7,6 +7,7 @@ them: message ids, bodies, SequenceNumbers and the system attributes of received
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import botocore.config
 import pytest
 from botocore.exceptions import ClientError
 
-from mqcore.client import LocalClient
+from mqcore.client import AsyncClient, AsyncLocalClient, Client, LocalClient
 from mqcore.client.types import BatchEntry
 from mqcore.errors import InvalidRequest
 
@@ -351,6 +352,9 @@ def test_fifo_name_on_the_native_api(stack: Any) -> None:
     status, _, body = call("GET", f"/{queue}/messages?max_messages=10")
     got = json.loads(body)["messages"]
     assert [(m["group_id"], m.get("deduplication_id")) for m in got] == [("h", hashlib.sha256(b"other").hexdigest())]
+    status, _, body = call("GET", f"/{queue}/peek")
+    peeked = [(m["message_id"] == first, m["state"], m["group_id"]) for m in json.loads(body)["messages"]]
+    assert peeked == [(True, "in_flight", "g"), (False, "ready", "g"), (False, "in_flight", "h")]
 
     plain = f"plain-{uuid.uuid4().hex[:8]}"
     status, _, body = call("PUT", f"/{plain}", json.dumps({"content_based_deduplication": True}).encode())
@@ -360,6 +364,9 @@ def test_fifo_name_on_the_native_api(stack: Any) -> None:
     assert status == 400 and json.loads(body)["error"] == "invalid_request"  # FIFO parameters on a standard queue
     status, headers, _ = call("GET", f"/{plain}/messages")
     assert status == 204
+    call("POST", f"/{plain}/messages", b"standard")
+    status, _, body = call("GET", f"/{plain}/peek")
+    assert [("group_id" in m, m["state"]) for m in json.loads(body)["messages"]] == [(False, "ready")]
 
 
 def test_brokerless_client_shares_groups_and_deduplication_with_mq(stack: Any, sqs: Any) -> None:
@@ -386,6 +393,45 @@ def test_brokerless_client_shares_groups_and_deduplication_with_mq(stack: Any, s
         assert local.receive(queue, max_messages=10) == []
         local.delete(queue, first[0].receipt_handle)
         assert [m.body for m in local.receive(queue, max_messages=10)] == [b"local 1"]
+
+
+def test_send_of_every_client_takes_a_group_and_a_deduplication_id(stack: Any, sqs: Any) -> None:
+    url = new_fifo(sqs)
+    queue = url.rsplit("/", 1)[1]
+    plain = "std-" + uuid.uuid4().hex[:12]
+    sqs.create_queue(QueueName=plain)
+
+    async def send_async(client: Any, body: str, **kw: Any) -> str:
+        async with client:
+            return str(await client.send(queue, body, **kw))
+
+    with Client(stack.url) as http, LocalClient(stack.root) as local:
+        sent = [
+            http.send(queue, "http", group_id="g", deduplication_id="d1"),
+            local.send(queue, "local", group_id="g", deduplication_id="d2"),
+            asyncio.run(send_async(AsyncClient(stack.url), "async http", group_id="g", deduplication_id="d3")),
+            asyncio.run(send_async(AsyncLocalClient(stack.root), "async local", group_id="h", deduplication_id="d4")),
+        ]
+        # A resend of a deduplication id, by any client, stores nothing and answers the first id.
+        assert http.send(queue, "again", group_id="g", deduplication_id="d2") == sent[1]
+        assert local.send(queue, "again", group_id="g", deduplication_id="d1") == sent[0]
+        for client in (http, local):
+            with pytest.raises(InvalidRequest):
+                client.send(queue, "no group", deduplication_id="d5")
+            with pytest.raises(InvalidRequest):
+                client.send(queue, "no dedup id, no content-based deduplication", group_id="g")
+            with pytest.raises(InvalidRequest):
+                client.send(plain, "FIFO arguments on a standard queue", group_id="g")
+            with pytest.raises(InvalidRequest):
+                client.send(queue, "group id not printable ASCII", group_id="gr\u00fc\u00df", deduplication_id="d6")
+        got = http.receive(queue, max_messages=10)
+        assert [(m.message_id, m.body, m.group_id, m.deduplication_id) for m in got] == [
+            (sent[0], b"http", "g", "d1"),
+            (sent[1], b"local", "g", "d2"),
+            (sent[2], b"async http", "g", "d3"),
+            (sent[3], b"async local", "h", "d4"),
+        ]  # each stored once, in send order
+        assert receive(sqs, url, 10) == []  # both groups in flight
 
 
 def test_mqctl_sends_to_a_fifo_queue(stack: Any, sqs: Any) -> None:
@@ -450,3 +496,42 @@ def test_concurrent_consumers_on_two_daemons_never_hold_one_group_twice(
         assert seen == {g: list(range(per_group)) for g in groups}  # each group whole, in order, once
     finally:
         other.stop()
+
+
+def test_dead_letter_queue_of_a_fifo_queue_is_fifo_and_a_redrive_keeps_the_group(stack: Any, sqs: Any) -> None:
+    dlq = new_fifo(sqs)
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    standard = sqs.create_queue(QueueName=f"std-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    standard_arn = sqs.get_queue_attributes(QueueUrl=standard, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    # SQS: a dead-letter queue is of the same type as its source, on CreateQueue and SetQueueAttributes.
+    to_standard = {"RedrivePolicy": json.dumps({"deadLetterTargetArn": standard_arn, "maxReceiveCount": 2})}
+    with pytest.raises(ClientError) as info:
+        new_fifo(sqs, **to_standard)
+    assert error_code(info.value) == "InvalidParameterValue"
+    source = new_fifo(sqs)
+    with pytest.raises(ClientError) as info:
+        sqs.set_queue_attributes(QueueUrl=source, Attributes=to_standard)
+    assert error_code(info.value) == "InvalidParameterValue"
+    with pytest.raises(ClientError) as info:
+        policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+        sqs.set_queue_attributes(QueueUrl=standard, Attributes={"RedrivePolicy": policy})
+    assert error_code(info.value) == "InvalidParameterValue"
+    with LocalClient(stack.root) as local, pytest.raises(InvalidRequest):  # the rule is the core's
+        local.set_attributes(source.rsplit("/", 1)[1], {"dead_letter_queue": standard.rsplit("/", 1)[1]})
+
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    sqs.set_queue_attributes(QueueUrl=source, Attributes={"RedrivePolicy": policy})
+    sent = sqs.send_message(QueueUrl=source, MessageBody="poison", MessageGroupId="g", MessageDeduplicationId="p")
+    for _ in range(2):  # received maxReceiveCount times, never deleted
+        message = receive_until(sqs, source, VisibilityTimeout=30)[0]
+        sqs.change_message_visibility(QueueUrl=source, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    assert receive(sqs, source, wait=1) == []
+    dead = receive_until(sqs, dlq)
+    assert [(m["MessageId"], m["Body"], m["Attributes"]["MessageGroupId"]) for m in dead] == [
+        (sent["MessageId"], "poison", "g")
+    ]
+    sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
+
+    sqs.start_message_move_task(SourceArn=dlq_arn)  # SQS redrives FIFO dead-letter queues too (since 2023)
+    back = receive_until(sqs, source)
+    assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in back] == [("poison", "g")]

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from daemons import reaper
 from mqcore.attributes import QueueAttributes
 from mqcore.errors import InvalidQueueName, StorageUnavailable
 from mqcore.names import (
@@ -127,6 +128,61 @@ def test_an_expired_or_torn_record_is_replaced(store: Store) -> None:
     old = store.clock() - disk.DEDUP_WINDOW_MS - 1000
     os.utime(record, ns=(old * 1_000_000, old * 1_000_000))
     assert disk.sweep_dedup(store, Q) == 1
+
+
+def records(store: Store, queue: QueueName = Q) -> list[str]:
+    return sorted(n for n in os.listdir(store.layout.queue_dir(queue)) if n.startswith(disk.DEDUP_PREFIX))
+
+
+def age(store: Store, dedup_id: str, ms: int, queue: QueueName = Q) -> None:
+    """Make the record of ``dedup_id`` look written ``ms`` ago (its mtime, which the sweeps judge by)."""
+    path = os.path.join(store.layout.queue_dir(queue), disk.DEDUP_PREFIX + disk.dedup_hash(dedup_id))
+    then = (store.clock() - ms) * 1_000_000
+    os.utime(path, ns=(then, then))
+
+
+async def test_mq_reaper_sweeps_records_older_than_the_window_and_a_minute(store: Store) -> None:
+    plain = QueueName("plain")
+    store.create_queue(plain)
+    for dedup_id in ("old", "expired", "live"):
+        disk.send_fifo(store, Q, message(dedup_id.encode(), dedup=dedup_id))
+    age(store, "old", disk.DEDUP_WINDOW_MS + 61_000)
+    age(store, "expired", disk.DEDUP_WINDOW_MS + 1000)  # no longer live, but within the reaper's margin
+    not_a_record = os.path.join(store.layout.queue_dir(plain), disk.DEDUP_PREFIX + "x")
+    with open(not_a_record, "wb") as f:  # a standard queue's "." names are foreign: the reaper leaves them
+        f.write(b"{}")
+    os.utime(not_a_record, ns=(0, 0))
+    r = reaper.Reaper(store, new_grace_seconds=300, rescan_interval_seconds=60, watcher=None)
+    try:
+        sweep = await r.expire()
+    finally:
+        r.close()
+    assert (sweep.dedup, sweep.errors) == (1, 0)
+    assert records(store) == sorted(disk.DEDUP_PREFIX + disk.dedup_hash(d) for d in ("expired", "live"))
+    assert os.path.exists(not_a_record)
+    assert disk.send_fifo(store, Q, message(b"again", dedup="live"))[1]  # still a duplicate
+    assert not disk.send_fifo(store, Q, message(b"again", dedup="old"))[1]  # swept: a new message
+
+
+def test_a_record_replaced_while_a_sweep_judged_it_is_put_back(store: Store) -> None:
+    """A sender retires an expired record and writes a new one between a sweep's stat and its rename.
+
+    The sweep has judged the name old (``cutoff_ns`` in the future stands for that first stat); what
+    it renames is the new record, which it finds young and links back under its name.
+    """
+    first, _ = disk.send_fifo(store, Q, message(b"one"))
+    path = os.path.join(store.layout.queue_dir(Q), disk.DEDUP_PREFIX + disk.dedup_hash("d"))
+    with open(path, "rb") as f:
+        content = f.read()
+    assert not disk._sweep_record(path, cutoff_ns=0)  # young, whatever it was judged: kept
+    with open(path, "rb") as f:
+        assert f.read() == content
+    assert records(store) == [os.path.basename(path)]  # no .old left behind
+    assert disk.send_fifo(store, Q, message(b"one")) == (first, True)
+    assert disk._sweep_record(path, cutoff_ns=(store.clock() + 1000) * 1_000_000)  # old: unlinked
+    assert records(store) == []
+    with pytest.raises(ValueError):  # no caller may sweep live records
+        disk.sweep_dedup(store, Q, min_age_ms=disk.DEDUP_WINDOW_MS - 1)
 
 
 def test_sends_and_receives_of_the_service_layer(store: Store) -> None:
