@@ -627,7 +627,8 @@ def _peeked_json(message: PeekedFile) -> dict[str, Any]:
         "message_id": message.message_id,
         "state": message.state,
         **_stored_json(message),
-        "visible_at_ms": message.visibility_deadline_ms,
+        "visibility_deadline_ms": message.visibility_deadline_ms,
+        "visible_at_ms": message.visibility_deadline_ms,  # deprecated name of visibility_deadline_ms (docs/api.md)
         "source_queue": message.source_queue,
         **({"group_id": message.group_id} if message.group_id is not None else {}),  # FIFO queues
     }

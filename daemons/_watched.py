@@ -31,7 +31,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
@@ -43,6 +43,7 @@ from daemons._runtime import (
     install_stop_signals,
     log_sources,
     run,
+    run_command,
     sd_notify,
     setup_logging,
     wait_for_wake,
@@ -294,30 +295,31 @@ async def serve_daemon(
         log.info("%s stopped", name)
 
 
+#: The options of both mq-mover and mq-reaper (``--root``, ``root_option``; ``metrics_options``), by field name.
+COMMON_FIELDS = ("root", "metrics_port", "metrics_address")
+
+
 def run_cli(
-    ctx: click.Context,
-    factory: Callable[..., Any],
-    serve: Callable[[Any], Awaitable[None]],
-    *,
-    log_level: str,
-    **fields: Any,
+    ctx: click.Context, factory: Callable[..., Any], serve: Callable[[Any], Awaitable[None]], **fields: Any
 ) -> int:
     """Body of a daemon's click command: logging, settings (CLI > env > TOML > defaults), run ``serve``.
 
     Args:
-        ctx: The click context.
+        ctx: The click context; the options every daemon has (:data:`COMMON_FIELDS` and
+            ``--log-level``) are read from its ``params``.
         factory: The settings dataclass.
         serve: The daemon's ``serve(settings)``.
-        log_level: ``--log-level`` as given.
-        fields: The other settings fields (``root`` among them).
+        fields: The daemon's own settings fields.
     Returns:
         0 after SIGTERM/SIGINT.
     Raises:
         ConfigError: A setting is out of range, or the root is unusable.
     """
+    log_level: str = ctx.params["log_level"]
+    common = {name: ctx.params[name] for name in COMMON_FIELDS}
     setup_logging(log_level)
     log_sources(ctx, ctx.params)
-    settings = build_settings(ctx, factory, **fields, log_level=log_level.upper())
+    settings = build_settings(ctx, factory, **common, **fields, log_level=log_level.upper())
     settings = dataclasses.replace(settings, root=check_root(settings.root))
     return run(lambda: _serve_to_exit(serve, settings))
 
@@ -325,3 +327,23 @@ def run_cli(
 async def _serve_to_exit(serve: Callable[[Any], Awaitable[None]], settings: Any) -> int:
     await serve(settings)
     return EXIT_OK
+
+
+class ConsoleMain(Protocol):
+    """A console script's ``main``."""
+
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def console_main(command: click.Command, prog_name: str) -> ConsoleMain:
+    """The console script ``main(argv=None) -> int`` of a daemon's click ``command`` (pyproject ``[project.scripts]``).
+
+    ``main``'s argv is the arguments without the program name (default ``sys.argv[1:]``); it
+    returns the exit code: 0 after SIGTERM/SIGINT, 64 usage error, 78 config error.
+    """
+
+    def main(argv: list[str] | None = None) -> int:
+        return run_command(command, argv, prog_name)
+
+    main.__doc__ = f"Console script ``{prog_name}``: the exit code (0 after SIGTERM/SIGINT, 64 usage, 78 config error)."
+    return main

@@ -67,9 +67,8 @@ from daemons._runtime import (
     config_option,
     log_level_option,
     root_option,
-    run_command,
 )
-from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
+from daemons._watched import WatchedDirDaemon, console_main, run_cli, serve_daemon
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import InFlightName, QueueName, parse_in_flight_name
 from mqcore.protocol import LeasePolicy, Store
@@ -432,30 +431,13 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
 @metrics_options("MQ_MOVER")
 @log_level_option
 @click.pass_context
-def cli(
-    ctx: click.Context, root: str, rescan_interval: float, metrics_port: int, metrics_address: str, log_level: str
-) -> int:
-    return run_cli(
-        ctx,
-        MoverSettings,
-        serve,
-        root=root,
-        rescan_interval_seconds=rescan_interval,
-        metrics_port=metrics_port,
-        metrics_address=metrics_address,
-        log_level=log_level,
-    )
+def cli(ctx: click.Context, /, rescan_interval: float, **common: object) -> int:
+    """The command; ``common``: the options of every daemon, read by ``run_cli`` from ``ctx``."""
+    return run_cli(ctx, MoverSettings, serve, rescan_interval_seconds=rescan_interval)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console script ``mq-mover``.
-
-    Args:
-        argv: Arguments without the program name (default ``sys.argv[1:]``).
-    Returns:
-        Exit code: 0 after SIGTERM/SIGINT, 64 usage error, 78 config error.
-    """
-    return run_command(cli, argv, "mq-mover")
+#: Console script ``mq-mover`` (``main(argv=None) -> int``, argv without the program name).
+main = console_main(cli, "mq-mover")
 
 
 if __name__ == "__main__":

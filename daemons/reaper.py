@@ -65,10 +65,9 @@ from daemons._runtime import (
     config_option,
     log_level_option,
     root_option,
-    run_command,
     wait_for_wake,
 )
-from daemons._watched import WatchedDirDaemon, run_cli, serve_daemon
+from daemons._watched import WatchedDirDaemon, console_main, run_cli, serve_daemon
 from mqcore.errors import MQError
 from mqcore.names import REMOVED_QUEUE_SUFFIX, is_fifo_queue
 from mqcore.protocol import Store
@@ -524,38 +523,21 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
 @log_level_option
 @click.pass_context
 def cli(
-    ctx: click.Context,
-    root: str,
-    new_grace: float,
-    rescan_interval: float,
-    expire_interval: float,
-    metrics_port: int,
-    metrics_address: str,
-    log_level: str,
+    ctx: click.Context, /, new_grace: float, rescan_interval: float, expire_interval: float, **common: object
 ) -> int:
+    """The command; ``common``: the options of every daemon, read by ``run_cli`` from ``ctx``."""
     return run_cli(
         ctx,
         ReaperSettings,
         serve,
-        root=root,
         new_grace_seconds=new_grace,
         rescan_interval_seconds=rescan_interval,
         expire_interval_seconds=expire_interval,
-        metrics_port=metrics_port,
-        metrics_address=metrics_address,
-        log_level=log_level,
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console script ``mq-reaper``.
-
-    Args:
-        argv: Arguments without the program name (default ``sys.argv[1:]``).
-    Returns:
-        Exit code: 0 after SIGTERM/SIGINT, 64 usage error, 78 config error.
-    """
-    return run_command(cli, argv, "mq-reaper")
+#: Console script ``mq-reaper`` (``main(argv=None) -> int``, argv without the program name).
+main = console_main(cli, "mq-reaper")
 
 
 if __name__ == "__main__":

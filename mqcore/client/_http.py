@@ -1,12 +1,15 @@
 """HTTP clients for the mq daemon: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio).
 
 One implementation of the API, two drivers. Every API method is written once,
-as an operation in :mod:`mqcore.client._operations` (a generator that yields
-the HTTP requests it needs and returns the method's result); its docstring is
-written once too, in :class:`mqcore.client.api.QueueClient`. :class:`Client`
-drives operations over one ``httpx.Client`` and :class:`AsyncClient` over one
-``httpx.AsyncClient`` (so every call reuses the pool's keep-alive
-connections); the drivers only perform requests and retry them.
+as an operation in :mod:`mqcore.client._operations` (a function with the
+method's parameters returning a generator that yields the HTTP requests it
+needs and returns the method's result); its docstring is written once too, in
+:class:`mqcore.client.api.QueueClient`. :class:`Client` drives operations over
+one ``httpx.Client`` and :class:`AsyncClient` over one ``httpx.AsyncClient``
+(so every call reuses the pool's keep-alive connections); the drivers only
+perform requests and retry them. Each class's methods are made from the
+operations by one typed wrapper (:func:`_blocking`, :func:`_awaited`): a new
+method is an operation there and one line in each class.
 
 Retries (tenacity): a request that fails with :class:`~mqcore.errors.ConnectionFailed`
 (no complete answer: refused, reset, timed out) or with an error whose class
@@ -25,25 +28,24 @@ import json
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
 from mqcore.client import _operations as ops
+from mqcore.client._methods import derive
 from mqcore.client._operations import Op, Request, Response
 from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import DEFAULT_URL, AsyncQueueClient, QueueClient, documented_by
-from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import ConnectionFailed, MQError, error_from_json
-from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 # -- what both drivers share -------------------------------------------------------------------
@@ -219,8 +221,17 @@ _CLIENT_ARGS_DOC = """
 # -- the blocking client -----------------------------------------------------------------------
 
 
+def _blocking(op: Callable[P, Op[T]]) -> Callable[Concatenate[Client, P], T]:
+    """The :class:`Client` method of operation ``op``: its parameters, run by :meth:`Client._run`."""
+
+    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(op(*args, **kwargs))
+
+    return derive(method, op, add_self=True, operation=True)
+
+
 @documented_by(QueueClient)
-class Client(_Base):
+class Client(_Base, QueueClient):
     """Blocking client of the mq HTTP API (docs/api.md), over one ``httpx.Client``.
 
     A :class:`~mqcore.client.api.QueueClient`: the methods, their arguments, results and errors
@@ -255,159 +266,50 @@ class Client(_Base):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    # -- lifecycle --
-
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> Self:
-        return self
+    # -- the API (docstrings: mqcore.client.api.QueueClient; operations: mqcore.client._operations) --
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    # -- the API (docstrings: mqcore.client.api.QueueClient) --
-
-    def list_queues(self, prefix: str = "") -> list[str]:
-        return self._run(ops.list_queues(prefix))
-
-    def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None) -> bool:
-        return self._run(ops.create_queue(queue, attributes))
-
-    def delete_queue(self, queue: str) -> None:
-        self._run(ops.delete_queue(queue))
-
-    def queue_stats(self, queue: str) -> dict[str, Any]:
-        return self._run(ops.queue_stats(queue))
-
-    def get_attributes(self, queue: str) -> dict[str, Any]:
-        return self._run(ops.get_attributes(queue))
-
-    def set_attributes(self, queue: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        return self._run(ops.set_attributes(queue, changes))
-
-    def purge(self, queue: str) -> int:
-        return self._run(ops.purge(queue))
-
-    def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
-        return self._run(ops.send(queue, body, content_type, attributes, delay_seconds, group_id, deduplication_id))
-
-    def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-    ) -> str:
-        return self._run(ops.send_json(queue, value, attributes, delay_seconds))
-
-    def send_batch(
-        self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
-    ) -> list[str | MQError]:
-        return self._run(ops.send_batch(queue, entries, batch_size))
-
-    def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]:
-        return self._run(
-            ops.receive(
-                queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
-            )
-        )
-
-    def delete(self, queue: str, receipt_handle: str) -> None:
-        self._run(ops.delete(queue, receipt_handle))
-
-    def delete_by_id(self, queue: str, message_id: str) -> None:
-        self._run(ops.delete_by_id(queue, message_id))
-
-    def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
-        return self._run(ops.delete_batch(queue, receipt_handles))
-
-    @renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
-    def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
-        return self._run(ops.change_visibility(queue, receipt_handle, visibility_timeout_seconds))
-
-    def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
-        return self._run(ops.change_visibility_batch(queue, entries))
-
-    def ack(self, message: Message) -> None:
-        self._run(ops.delete(message.queue, message.receipt_handle))
-
-    def nack(self, message: Message, delay_seconds: int = 0) -> None:
-        self._run(ops.change_visibility(message.queue, message.receipt_handle, delay_seconds))
-
-    def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage:
-        return self._run(ops.peek(queue, after, limit, partition, partitions))
-
-    def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
-        return self._run(ops.peek_ids(queue, message_ids))
-
-    def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
-        return self._run(ops.delete_by_ids(queue, message_ids))
-
-    def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> Iterator[PeekedMessage]:
-        after: str | None = None
-        while True:
-            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
-            yield from page.messages
-            if page.next_after is None:
-                return
-            after = page.next_after
-
-    def start_redrive(
-        self, queue: str, *, destination: str | None = None, max_messages_per_second: int | None = None
-    ) -> dict[str, Any]:
-        return self._run(ops.start_redrive(queue, destination, max_messages_per_second))
-
-    def redrive_status(self, queue: str) -> dict[str, Any] | None:
-        return self._run(ops.redrive_status(queue))
-
-    def cancel_redrive(self, queue: str) -> dict[str, Any]:
-        return self._run(ops.cancel_redrive(queue))
+    list_queues = _blocking(ops.list_queues)
+    create_queue = _blocking(ops.create_queue)
+    delete_queue = _blocking(ops.delete_queue)
+    queue_stats = _blocking(ops.queue_stats)
+    get_attributes = _blocking(ops.get_attributes)
+    set_attributes = _blocking(ops.set_attributes)
+    purge = _blocking(ops.purge)
+    send = _blocking(ops.send)
+    send_batch = _blocking(ops.send_batch)
+    receive = _blocking(ops.receive)
+    delete = _blocking(ops.delete)
+    delete_by_id = _blocking(ops.delete_by_id)
+    delete_batch = _blocking(ops.delete_batch)
+    change_visibility = renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")(
+        _blocking(ops.change_visibility)
+    )
+    change_visibility_batch = _blocking(ops.change_visibility_batch)
+    peek = _blocking(ops.peek)
+    peek_ids = _blocking(ops.peek_ids)
+    delete_by_ids = _blocking(ops.delete_by_ids)
+    start_redrive = _blocking(ops.start_redrive)
+    redrive_status = _blocking(ops.redrive_status)
+    cancel_redrive = _blocking(ops.cancel_redrive)
 
 
 # -- the asyncio client ------------------------------------------------------------------------
 
 
+def _awaited(op: Callable[P, Op[T]]) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """The :class:`AsyncClient` method of operation ``op``: its parameters, run by :meth:`AsyncClient._run`."""
+
+    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(op(*args, **kwargs))
+
+    return derive(method, op, add_self=True, operation=True)
+
+
 @documented_by(AsyncQueueClient)
-class AsyncClient(_Base):
+class AsyncClient(_Base, AsyncQueueClient):
     """Asyncio client of the mq HTTP API, over one ``httpx.AsyncClient``.
 
     An :class:`~mqcore.client.api.AsyncQueueClient`: the methods of :class:`Client`, as
@@ -442,151 +344,31 @@ class AsyncClient(_Base):
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
-    # -- lifecycle --
-
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> Self:
-        return self
+    # -- the API (docstrings: mqcore.client.api.QueueClient; operations: mqcore.client._operations) --
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    # -- the API (docstrings: mqcore.client.api.QueueClient) --
-
-    async def list_queues(self, prefix: str = "") -> list[str]:
-        return await self._run(ops.list_queues(prefix))
-
-    async def create_queue(self, queue: str, attributes: Mapping[str, Any] | None = None) -> bool:
-        return await self._run(ops.create_queue(queue, attributes))
-
-    async def delete_queue(self, queue: str) -> None:
-        await self._run(ops.delete_queue(queue))
-
-    async def queue_stats(self, queue: str) -> dict[str, Any]:
-        return await self._run(ops.queue_stats(queue))
-
-    async def get_attributes(self, queue: str) -> dict[str, Any]:
-        return await self._run(ops.get_attributes(queue))
-
-    async def set_attributes(self, queue: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._run(ops.set_attributes(queue, changes))
-
-    async def purge(self, queue: str) -> int:
-        return await self._run(ops.purge(queue))
-
-    async def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
-        op = ops.send(queue, body, content_type, attributes, delay_seconds, group_id, deduplication_id)
-        return await self._run(op)
-
-    async def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-    ) -> str:
-        return await self._run(ops.send_json(queue, value, attributes, delay_seconds))
-
-    async def send_batch(
-        self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
-    ) -> list[str | MQError]:
-        return await self._run(ops.send_batch(queue, entries, batch_size))
-
-    async def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]:
-        return await self._run(
-            ops.receive(
-                queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
-            )
-        )
-
-    async def delete(self, queue: str, receipt_handle: str) -> None:
-        await self._run(ops.delete(queue, receipt_handle))
-
-    async def delete_by_id(self, queue: str, message_id: str) -> None:
-        await self._run(ops.delete_by_id(queue, message_id))
-
-    async def delete_batch(self, queue: str, receipt_handles: Sequence[str]) -> list[MQError | None]:
-        return await self._run(ops.delete_batch(queue, receipt_handles))
-
-    @renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
-    async def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int:
-        return await self._run(ops.change_visibility(queue, receipt_handle, visibility_timeout_seconds))
-
-    async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
-        return await self._run(ops.change_visibility_batch(queue, entries))
-
-    async def ack(self, message: Message) -> None:
-        await self._run(ops.delete(message.queue, message.receipt_handle))
-
-    async def nack(self, message: Message, delay_seconds: int = 0) -> None:
-        await self._run(ops.change_visibility(message.queue, message.receipt_handle, delay_seconds))
-
-    async def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage:
-        return await self._run(ops.peek(queue, after, limit, partition, partitions))
-
-    async def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:
-        return await self._run(ops.peek_ids(queue, message_ids))
-
-    async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
-        return await self._run(ops.delete_by_ids(queue, message_ids))
-
-    async def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> AsyncIterator[PeekedMessage]:
-        after: str | None = None
-        while True:
-            page = await self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
-            for message in page.messages:
-                yield message
-            if page.next_after is None:
-                return
-            after = page.next_after
-
-    async def start_redrive(
-        self, queue: str, *, destination: str | None = None, max_messages_per_second: int | None = None
-    ) -> dict[str, Any]:
-        return await self._run(ops.start_redrive(queue, destination, max_messages_per_second))
-
-    async def redrive_status(self, queue: str) -> dict[str, Any] | None:
-        return await self._run(ops.redrive_status(queue))
-
-    async def cancel_redrive(self, queue: str) -> dict[str, Any]:
-        return await self._run(ops.cancel_redrive(queue))
+    list_queues = _awaited(ops.list_queues)
+    create_queue = _awaited(ops.create_queue)
+    delete_queue = _awaited(ops.delete_queue)
+    queue_stats = _awaited(ops.queue_stats)
+    get_attributes = _awaited(ops.get_attributes)
+    set_attributes = _awaited(ops.set_attributes)
+    purge = _awaited(ops.purge)
+    send = _awaited(ops.send)
+    send_batch = _awaited(ops.send_batch)
+    receive = _awaited(ops.receive)
+    delete = _awaited(ops.delete)
+    delete_by_id = _awaited(ops.delete_by_id)
+    delete_batch = _awaited(ops.delete_batch)
+    change_visibility = renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")(
+        _awaited(ops.change_visibility)
+    )
+    change_visibility_batch = _awaited(ops.change_visibility_batch)
+    peek = _awaited(ops.peek)
+    peek_ids = _awaited(ops.peek_ids)
+    delete_by_ids = _awaited(ops.delete_by_ids)
+    start_redrive = _awaited(ops.start_redrive)
+    redrive_status = _awaited(ops.redrive_status)
+    cancel_redrive = _awaited(ops.cancel_redrive)

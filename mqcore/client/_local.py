@@ -31,18 +31,18 @@ API would answer for the same mistake.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_client, reap_message, reap_queue
 from mqcore.client._local_redrive import RedriveRunner
-from mqcore.client._local_send import Sender, json_body
-from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Watches, drive
+from mqcore.client._local_send import Sender
+from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Op, Watches, drive
+from mqcore.client._methods import OPERATION, derive
 from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import QueueClient, documented_by
-from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
+from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
 from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name
@@ -55,6 +55,7 @@ from mqcore.service.requests import (
     check_after,
     check_partition_args,
     check_prefix,
+    check_receive,
 )
 
 __all__ = ["RESCAN_INTERVAL_SECONDS", "AsyncLocalClient", "LocalClient"]
@@ -74,6 +75,7 @@ def __getattr__(name: str) -> Any:
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+P = ParamSpec("P")
 
 #: One id generator per process: ids of every LocalClient in it strictly increase (FIFO).
 _IDS = IdGenerator()
@@ -114,8 +116,23 @@ def _each(
     return out
 
 
+def _waits(op: Callable[Concatenate[LocalClient, P], Op[ResultT]]) -> Callable[Concatenate[LocalClient, P], ResultT]:
+    """Method decorator for a call that may wait, written as an operation: run it here (:func:`drive`).
+
+    The method keeps the operation (``OPERATION``) for :class:`~mqcore.client.AsyncLocalClient`,
+    which drives it on its event loop; its signature is the operation's, returning its result.
+    """
+
+    def method(self: LocalClient, /, *args: P.args, **kwargs: P.kwargs) -> ResultT:
+        return drive(op(self, *args, **kwargs), self.receiver.expand)
+
+    derive(method, op, add_self=False, operation=True)
+    setattr(method, OPERATION, op)
+    return method
+
+
 @documented_by(QueueClient)
-class LocalClient:
+class LocalClient(QueueClient):
     """The client interface on a queue root, with no daemon (brokerless mode).
 
     Its methods are the blocking client interface, documented once in
@@ -154,14 +171,6 @@ class LocalClient:
 
     def __repr__(self) -> str:
         return f"LocalClient({self.root!r})"
-
-    def __enter__(self) -> LocalClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._watches.close()
@@ -203,8 +212,9 @@ class LocalClient:
         reap_queue(self.store, name)
         return removed
 
-    # -- send ---------------------------------------------------------------------
+    # -- the calls that may wait: operations (``_waits``), run here and by AsyncLocalClient on its loop --
 
+    @_waits
     def send(
         self,
         queue: str,
@@ -215,27 +225,17 @@ class LocalClient:
         delay_seconds: int | None = None,
         group_id: str | None = None,
         deduplication_id: str | None = None,
-    ) -> str:
+    ) -> Op[str]:
         entry = BatchEntry(body, content_type, attributes, delay_seconds, group_id, deduplication_id)
-        return drive(self.sender.send_op(queue, entry))
+        return self.sender.send_op(queue, entry)
 
-    def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-    ) -> str:
-        return self.send(
-            queue, json_body(value), content_type=JSON_CONTENT_TYPE, attributes=attributes, delay_seconds=delay_seconds
-        )
-
+    @_waits
     def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
-    ) -> list[str | MQError]:
-        return drive(self.sender.send_batch_op(queue, entries, batch_size))
+    ) -> Op[list[str | MQError]]:
+        return self.sender.send_batch_op(queue, entries, batch_size)
 
+    @_waits
     def receive(
         self,
         queue: str,
@@ -246,12 +246,12 @@ class LocalClient:
         attempt_id: str | None = None,
         partition: int | None = None,
         partitions: int | None = None,
-    ) -> list[Message]:
-        receiver = self.receiver
-        op = receiver.receive_op(
-            queue, max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
+    ) -> Op[list[Message]]:
+        name = check_queue_name(queue)
+        args = check_receive(
+            max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
         )
-        return drive(op, receiver.expand)
+        return self.receiver.receive_op(name, args)
 
     # -- delete and visibility ------------------------------------------------------------
 
@@ -287,12 +287,6 @@ class LocalClient:
     def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
         return _each(self.store, queue, entries, lambda name, entry: self.change_visibility(name, *entry))
 
-    def ack(self, message: Message) -> None:
-        self.delete(message.queue, message.receipt_handle)
-
-    def nack(self, message: Message, delay_seconds: int = 0) -> None:
-        self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
-
     # -- peek -------------------------------------------------------------------------------
 
     def peek(
@@ -317,22 +311,6 @@ class LocalClient:
 
     def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]:
         return _each(self.store, queue, message_ids, self.delete_by_id)
-
-    def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> Iterator[PeekedMessage]:
-        after: str | None = None
-        while True:
-            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
-            yield from page.messages
-            if page.next_after is None:
-                return
-            after = page.next_after
 
     # -- redrive ------------------------------------------------------------------------------
 

@@ -32,14 +32,14 @@ from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
 from mqcore.client.types import Message
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, check_queue_name, is_fifo_queue, removed_entry_queue, removed_name
+from mqcore.names import MessageId, QueueName, is_fifo_queue, removed_entry_queue, removed_name
 from mqcore.protocol import LeasePolicy, Store, now_ms
 from mqcore.service import fifo
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
 from mqcore.service.handles import LeaseMemory
 from mqcore.service.plans import Blocking
 from mqcore.service.receive import in_partition, lease_names, lease_policy, redeliver_due
-from mqcore.service.requests import ReceiveRequest, check_receive
+from mqcore.service.requests import ReceiveArgs, ReceiveRequest
 
 logger = logging.getLogger(__name__)
 
@@ -172,26 +172,13 @@ class Receiver:
         finally:
             leave()
 
-    def receive_op(
-        self,
-        queue: str,
-        max_messages: int,
-        wait_time_seconds: int | None,
-        visibility_timeout_seconds: int | None,
-        attempt_id: str | None,
-        partition: int | None,
-        partitions: int | None,
-    ) -> Op[list[Message]]:
-        """``LocalClient.receive`` as an operation: check (name, arguments, queue), then receive.
+    def receive_op(self, name: QueueName, args: ReceiveArgs) -> Op[list[Message]]:
+        """``LocalClient.receive`` as an operation, its arguments checked: resolve them, then receive.
 
-        The arguments are checked by :func:`mqcore.service.requests.check_receive` and resolved
-        against the queue's attributes; then the receive waits (long polling) and keeps attempt
-        records as the daemon does.
+        The arguments (checked by :func:`mqcore.service.requests.check_receive`) are resolved
+        against the queue's attributes (QueueNotFound); then the receive waits (long polling) and
+        keeps attempt records as the daemon does.
         """
-        name = check_queue_name(queue)
-        args = check_receive(
-            max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
-        )
         request: ReceiveRequest = yield Blocking(
             lambda: args.resolve(name, effective(self.store.get_attributes(name), self.defaults))
         )

@@ -12,11 +12,9 @@ the calling thread and by ``AsyncLocalClient`` on its event loop.
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
@@ -59,11 +57,6 @@ def _encode_body(body: object, content_type: str | None) -> tuple[bytes, str | N
     if isinstance(body, bytes | bytearray | memoryview):
         return bytes(body), content_type
     raise TypeError(f"a message body is bytes or str, not {type(body).__name__}")
-
-
-def json_body(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON, the body of ``send_json`` (TypeError if not serialisable)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

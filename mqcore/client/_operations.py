@@ -3,7 +3,11 @@
 Every API method is an *operation*: a generator that yields the HTTP requests
 it needs (:class:`Request`), receives each successful answer
 (:class:`Response`) or has the typed error thrown into it, and returns the
-method's result. The operation holds all the API knowledge (paths, query
+method's result. An operation takes the parameters of its method exactly
+(names, keyword-only ones, defaults: ``mqcore.client.api.QueueClient``), as
+the clients' methods are made from it (``mqcore.client._http``); the methods
+written in terms of others (``send_json``, ``ack``, ``nack``, ``iter_peek``)
+are the Protocols'. The operation holds all the API knowledge (paths, query
 parameters, JSON bodies, how to read the answer, how batches are split); it
 performs no I/O, so :class:`~mqcore.client.Client` drives it over
 ``httpx.Client`` and :class:`~mqcore.client.AsyncClient` over
@@ -28,9 +32,9 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from mqcore.attributes import MAX_WAIT_SECONDS
-from mqcore.client.types import JSON_CONTENT_TYPE, TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
+from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
-from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
 from mqcore.names import check_message_id, check_queue_name
 from mqcore.service.fifo import check_fifo_id
 
@@ -165,12 +169,14 @@ def _peeked(queue: str, item: Mapping[str, Any]) -> PeekedMessage:
     return PeekedMessage(
         **_stored(queue, item),
         state=item["state"],
-        visibility_deadline_ms=item.get("visible_at_ms"),
+        # the wire key's glossary name (docs/api.md), or its deprecated one from an older server
+        visibility_deadline_ms=item.get("visibility_deadline_ms", item.get("visible_at_ms")),
         source_queue=item.get("source_queue"),
+        group_id=item.get("group_id"),
     )
 
 
-def list_queues(prefix: str) -> Op[list[str]]:
+def list_queues(prefix: str = "") -> Op[list[str]]:
     """Every queue name starting with ``prefix``: ``GET /`` page by page (1,000 names a page, ``next_after``)."""
     names: list[str] = []
     after: str | None = None
@@ -186,7 +192,7 @@ def list_queues(prefix: str) -> Op[list[str]]:
             return names
 
 
-def create_queue(queue: str, attributes: Mapping[str, Any] | None) -> Op[bool]:
+def create_queue(queue: str, attributes: Mapping[str, Any] | None = None) -> Op[bool]:
     answer = yield Request("PUT", _queue_path(queue), json=dict(attributes) if attributes else None)
     return bool(answer.json()["created"])
 
@@ -218,9 +224,10 @@ def purge(queue: str) -> Op[int]:
 def send(
     queue: str,
     body: bytes | str,
-    content_type: str | None,
-    attributes: Mapping[str, str] | None,
-    delay_seconds: int | None,
+    *,
+    content_type: str | None = None,
+    attributes: Mapping[str, str] | None = None,
+    delay_seconds: int | None = None,
     group_id: str | None = None,
     deduplication_id: str | None = None,
 ) -> Op[str]:
@@ -243,12 +250,6 @@ def send(
     return str(answer.json()["message_id"])
 
 
-def send_json(queue: str, value: Any, attributes: Mapping[str, str] | None, delay_seconds: int | None) -> Op[str]:
-    """``send`` of ``json.dumps(value)`` as UTF-8 ``application/json`` (TypeError before any request)."""
-    data = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return (yield from send(queue, data, JSON_CONTENT_TYPE, attributes, delay_seconds))
-
-
 def _batch_item(entry: bytes | str | BatchEntry) -> dict[str, Any]:
     """The JSON of one batch send entry (without its id); bodies always as base64."""
     if not isinstance(entry, BatchEntry):
@@ -268,7 +269,9 @@ def _batch_item(entry: bytes | str | BatchEntry) -> dict[str, Any]:
     return item
 
 
-def send_batch(queue: str, entries: Iterable[bytes | str | BatchEntry], batch_size: int) -> Op[list[str | MQError]]:
+def send_batch(
+    queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
+) -> Op[list[str | MQError]]:
     if batch_size < 1:
         raise InvalidRequest(f"batch_size must be at least 1, got {batch_size}")
     path = _queue_path(queue, "messages", "batch")
@@ -305,12 +308,13 @@ def _given(**params: str | int | None) -> dict[str, str | int]:
 
 def receive(
     queue: str,
-    max_messages: int,
-    wait_time_seconds: int | None,
-    visibility_timeout_seconds: int | None,
-    attempt_id: str | None,
-    partition: int | None,
-    partitions: int | None,
+    *,
+    max_messages: int = 1,
+    wait_time_seconds: int | None = None,
+    visibility_timeout_seconds: int | None = None,
+    attempt_id: str | None = None,
+    partition: int | None = None,
+    partitions: int | None = None,
 ) -> Op[list[Message]]:
     path = _queue_path(queue, "messages")
     params = _given(
@@ -370,7 +374,14 @@ def change_visibility(queue: str, receipt_handle: str, visibility_timeout_second
     return result
 
 
-def peek(queue: str, after: str | None, limit: int, partition: int | None, partitions: int | None) -> Op[PeekPage]:
+def peek(
+    queue: str,
+    *,
+    after: str | None = None,
+    limit: int = DEFAULT_PEEK_LIMIT,
+    partition: int | None = None,
+    partitions: int | None = None,
+) -> Op[PeekPage]:
     params = _given(limit=limit, after=after, partition=partition, partitions=partitions)
     answer = yield Request("GET", _queue_path(queue, "peek"), params)
     data = answer.json()
@@ -398,7 +409,9 @@ def delete_by_ids(queue: str, message_ids: Sequence[str]) -> Op[list[MQError | N
     return results
 
 
-def start_redrive(queue: str, destination: str | None, max_messages_per_second: int | None) -> Op[dict[str, Any]]:
+def start_redrive(
+    queue: str, *, destination: str | None = None, max_messages_per_second: int | None = None
+) -> Op[dict[str, Any]]:
     body: dict[str, Any] = {}
     if destination is not None:
         body["destination"] = destination

@@ -4,11 +4,21 @@ Every client has these methods with these arguments, results and errors:
 :class:`~mqcore.client.Client` / :class:`~mqcore.client.AsyncClient` over the
 HTTP API (docs/api.md) and :class:`~mqcore.client.LocalClient` /
 :class:`~mqcore.client.AsyncLocalClient` brokerless on a root folder
-(docs/protocol.md). They satisfy the Protocols structurally (no base class);
+(docs/protocol.md). They subclass these Protocols, which also hold the methods
+written in terms of the others, once for every client: ``send_json``, ``ack``,
+``nack``, ``iter_peek`` and the context manager (any other class with these
+methods satisfies the Protocols structurally all the same).
 ``tests/client/test_interface.py`` compares their signatures with these, and
 mypy checks them where :func:`mqcore.client.connect` returns them. Code that
 works with any client (:class:`~mqcore.client.Worker`, mqctl, the Spark
 source) is typed against these Protocols.
+
+A new method is declared here (in both Protocols, the docstring in
+:class:`QueueClient`) and defined once per kind of client: an operation in
+``mqcore/client/_operations.py`` made a method of ``Client`` and ``AsyncClient``
+by their driver wrappers (``_blocking`` / ``_awaited`` in ``_http.py``), and a
+method of ``LocalClient`` made one of ``AsyncLocalClient`` by its wrapper
+(``_coroutine`` in ``_local_async.py``).
 
 Every method of every client raises :class:`~mqcore.errors.InvalidQueueName`
 for a bad queue name (before any request or file access) and
@@ -19,9 +29,6 @@ their retries, and :class:`~mqcore.errors.StorageUnavailable` (503) when the
 storage failed (brokerless: at once). Only the errors particular to a method
 are listed below. Errors are the :mod:`mqcore.errors` classes the daemons
 answer with, so a caller catches the same classes in every mode.
-
-A default written ``...`` below is the implementations' (the same in each: the test checks it),
-left out here so that importing this module stays cheap (mqctl's start-up).
 
 Units are in the names (docs/glossary.md): ``_seconds``, ``_ms`` (epoch
 milliseconds for points in time). The limits are SQS's where SQS has the idea
@@ -34,9 +41,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
-from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
+from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage, json_body
 from mqcore.errors import MQError
-from mqcore.limits import DEFAULT_BATCH_MESSAGES
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
 
 __all__ = ["DEFAULT_URL", "AsyncQueueClient", "QueueClient", "documented_by"]
 
@@ -64,11 +71,13 @@ class QueueClient(Protocol):
 
     def __enter__(self) -> Self:
         """The client itself."""
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         """:meth:`close`."""
+        self.close()
 
     # -- queues --
 
@@ -202,16 +211,26 @@ class QueueClient(Protocol):
         *,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> str:
         """Send ``json.dumps(value)`` as UTF-8 with content type ``application/json`` (SMQ's payloads).
 
         Read it back with :meth:`Message.json <mqcore.client.types.Message.json>`. Arguments and
-        errors as :meth:`send`.
+        errors as :meth:`send` (``group_id`` and ``deduplication_id`` for a FIFO queue).
 
         Raises:
             TypeError: ``value`` is not JSON-serialisable (before anything is sent).
         """
-        ...
+        return self.send(
+            queue,
+            json_body(value),
+            content_type=JSON_CONTENT_TYPE,
+            attributes=attributes,
+            delay_seconds=delay_seconds,
+            group_id=group_id,
+            deduplication_id=deduplication_id,
+        )
 
     def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
@@ -351,7 +370,7 @@ class QueueClient(Protocol):
 
     def ack(self, message: Message) -> None:
         """Delete a received message: ``delete(message.queue, message.receipt_handle)``. Errors as :meth:`delete`."""
-        ...
+        self.delete(message.queue, message.receipt_handle)
 
     def nack(self, message: Message, delay_seconds: int = 0) -> None:
         """Give a received message back, to be received again after ``delay_seconds`` (0-43,200).
@@ -359,7 +378,7 @@ class QueueClient(Protocol):
         ``change_visibility(message.queue, message.receipt_handle, delay_seconds)``; the receive
         count goes up on the next receive. Errors as :meth:`change_visibility`.
         """
-        ...
+        self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
 
     # -- peeking --
 
@@ -368,7 +387,7 @@ class QueueClient(Protocol):
         queue: str,
         *,
         after: str | None = None,
-        limit: int = ...,
+        limit: int = DEFAULT_PEEK_LIMIT,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> PeekPage:
@@ -415,7 +434,7 @@ class QueueClient(Protocol):
         self,
         queue: str,
         *,
-        page_size: int = ...,
+        page_size: int = DEFAULT_PEEK_LIMIT,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> Iterator[PeekedMessage]:
@@ -430,7 +449,13 @@ class QueueClient(Protocol):
             partition: As :meth:`peek`.
             partitions: As :meth:`peek`.
         """
-        ...
+        after: str | None = None
+        while True:
+            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
+            yield from page.messages
+            if page.next_after is None:
+                return
+            after = page.next_after
 
     # -- redrive --
 
@@ -476,18 +501,20 @@ class AsyncQueueClient(Protocol):
     """An asyncio mq client: :class:`~mqcore.client.AsyncClient` or :class:`~mqcore.client.AsyncLocalClient`.
 
     The methods, arguments, results and errors of :class:`QueueClient`, as coroutines
-    (:meth:`iter_peek` returns an async iterator); the docstrings are :class:`QueueClient`'s. Use
+    (:meth:`iter_peek` is an async generator); the docstrings are :class:`QueueClient`'s. Use
     it with ``async with``, or await :meth:`close`. Brokerless, file work runs in
     ``asyncio.to_thread`` and waits are awaited on the loop (never parked in a thread).
     """
 
     async def close(self) -> None: ...
 
-    async def __aenter__(self) -> Self: ...
+    async def __aenter__(self) -> Self:
+        return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
+    ) -> None:
+        await self.close()
 
     async def list_queues(self, prefix: str = "") -> list[str]: ...
 
@@ -522,7 +549,18 @@ class AsyncQueueClient(Protocol):
         *,
         attributes: Mapping[str, str] | None = None,
         delay_seconds: int | None = None,
-    ) -> str: ...
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
+    ) -> str:
+        return await self.send(
+            queue,
+            json_body(value),
+            content_type=JSON_CONTENT_TYPE,
+            attributes=attributes,
+            delay_seconds=delay_seconds,
+            group_id=group_id,
+            deduplication_id=deduplication_id,
+        )
 
     async def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
@@ -550,16 +588,18 @@ class AsyncQueueClient(Protocol):
 
     async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]: ...
 
-    async def ack(self, message: Message) -> None: ...
+    async def ack(self, message: Message) -> None:
+        await self.delete(message.queue, message.receipt_handle)
 
-    async def nack(self, message: Message, delay_seconds: int = 0) -> None: ...
+    async def nack(self, message: Message, delay_seconds: int = 0) -> None:
+        await self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
 
     async def peek(
         self,
         queue: str,
         *,
         after: str | None = None,
-        limit: int = ...,
+        limit: int = DEFAULT_PEEK_LIMIT,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> PeekPage: ...
@@ -568,14 +608,22 @@ class AsyncQueueClient(Protocol):
 
     async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]: ...
 
-    def iter_peek(
+    async def iter_peek(
         self,
         queue: str,
         *,
-        page_size: int = ...,
+        page_size: int = DEFAULT_PEEK_LIMIT,
         partition: int | None = None,
         partitions: int | None = None,
-    ) -> AsyncIterator[PeekedMessage]: ...
+    ) -> AsyncIterator[PeekedMessage]:
+        after: str | None = None
+        while True:
+            page = await self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
+            for message in page.messages:
+                yield message
+            if page.next_after is None:
+                return
+            after = page.next_after
 
     async def start_redrive(
         self, queue: str, *, destination: str | None = None, max_messages_per_second: int | None = None

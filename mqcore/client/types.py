@@ -22,6 +22,11 @@ JSON_CONTENT_TYPE = "application/json"
 MessageState = Literal["ready", "in_flight", "delayed"]
 
 
+def json_body(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON, the body of ``send_json`` (TypeError if not serialisable)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 class _Body:
     """Decoding helpers for classes with ``body: bytes``."""
 
@@ -103,6 +108,7 @@ class PeekedMessage(_Body):
             still reads in 0.1 with a DeprecationWarning and goes in 0.2.
         source_queue: The queue it was first sent to (differs from ``queue`` once
             dead-lettered), or None if unknown.
+        group_id: On a FIFO queue, its message group. SQS: MessageGroupId. None elsewhere.
     """
 
     queue: str
@@ -115,6 +121,7 @@ class PeekedMessage(_Body):
     receive_count: int = 0
     visibility_deadline_ms: int | None = None
     source_queue: str | None = None
+    group_id: str | None = None
 
     visible_at_ms = renamed_attribute("visible_at_ms", "visibility_deadline_ms", removed_in="0.2")
 

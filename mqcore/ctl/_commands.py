@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from mqcore.client.api import QueueClient
     from mqcore.client.types import PeekedMessage
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 #: Scans of the queue a message id may be missing from before ``tail`` forgets it: a message that is
 #: being moved (redelivered, dead-lettered) during one scan is left out of that scan only, and must not be
 #: printed a second time when it shows up again.
@@ -64,14 +66,17 @@ def queues_list(opts: ClientOptions, prefix: str) -> None:
         write_line(name)
 
 
+def attribute_pairs(flag: str, name: str, help_text: str) -> Callable[[_F], _F]:
+    """A repeatable ``KEY=VALUE`` option of queue attributes, read with :func:`parse_queue_attributes`."""
+    return click.option(flag, name, multiple=True, metavar="KEY=VALUE", help=help_text)
+
+
 @queues.command("create")
 @click.argument("queue")
-@click.option(
+@attribute_pairs(
     "--attr",
     "attrs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A queue attribute (repeatable); the value is read as JSON, else as a string: "
+    "A queue attribute (repeatable); the value is read as JSON, else as a string: "
     "--attr visibility_timeout_seconds=60 --attr dead_letter_queue=jobs-dlq.",
 )
 @pass_options
@@ -93,12 +98,8 @@ def queues_delete(opts: ClientOptions, queue: str) -> None:
 
 @queues.command("attributes")
 @click.argument("queue")
-@click.option(
-    "--set",
-    "changes",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Change an attribute (repeatable); the value is read as JSON (null = back to the default).",
+@attribute_pairs(
+    "--set", "changes", "Change an attribute (repeatable); the value is read as JSON (null = back to the default)."
 )
 @pass_options
 def queues_attributes(opts: ClientOptions, queue: str, changes: tuple[str, ...]) -> None:

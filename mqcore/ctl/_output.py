@@ -147,27 +147,32 @@ def _content_json(message: Message | PeekedMessage) -> dict[str, Any]:
     return {"content_type": message.content_type, "attributes": dict(message.attributes), **body_fields(message.body)}
 
 
+def _count_json(message: Message | PeekedMessage) -> dict[str, Any]:
+    """``receive_count`` and ``sent_ms``, in every message object."""
+    return {"receive_count": message.receive_count, "sent_ms": message.sent_ms}
+
+
 def message_json(message: Message) -> dict[str, Any]:
     """The ``receive --json`` object of a received message."""
     return {
         "message_id": message.message_id,
         "receipt_handle": message.receipt_handle,
-        "receive_count": message.receive_count,
-        "sent_ms": message.sent_ms,
+        **_count_json(message),
         **_content_json(message),
     }
 
 
 def peeked_json(message: PeekedMessage) -> dict[str, Any]:
-    """The ``tail --json`` / ``dead-letters --json`` object of a peeked message."""
+    """The ``tail --json`` / ``dead-letters --json`` object of a peeked message (``group_id``: FIFO queues only)."""
     return {
         "message_id": message.message_id,
         "queue": message.queue,
         "state": message.state,
-        "receive_count": message.receive_count,
-        "sent_ms": message.sent_ms,
-        "visible_at_ms": message.visibility_deadline_ms,
+        **_count_json(message),
+        "visibility_deadline_ms": message.visibility_deadline_ms,
+        "visible_at_ms": message.visibility_deadline_ms,  # deprecated name of visibility_deadline_ms (docs/mqctl.md)
         "source_queue": message.source_queue,
+        **({"group_id": message.group_id} if message.group_id is not None else {}),
         **_content_json(message),
     }
 

@@ -210,8 +210,8 @@ def _totals(messages: Iterable[WriterCommitMessage | None]) -> tuple[int, int, d
     return done, missing, sent
 
 
-class MQWriter(DataSourceWriter):
-    """Batch write: ``df.write.format("mq").option("queue", Q).mode("append").save()``."""
+class _RowSender:
+    """What the batch and the streaming writers share: the options and plan, and ``write``."""
 
     def __init__(self, options: SourceOptions, plan: RowPlan) -> None:
         self._options = options
@@ -220,6 +220,10 @@ class MQWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Row]) -> MQCommitMessage:
         """Send this task's rows (executor)."""
         return write_rows(iterator, self._plan, self._options)
+
+
+class MQWriter(_RowSender, DataSourceWriter):
+    """Batch write: ``df.write.format("mq").option("queue", Q).mode("append").save()``."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Log what was sent (driver)."""
@@ -239,16 +243,8 @@ class MQWriter(DataSourceWriter):
         )
 
 
-class MQStreamWriter(DataSourceStreamWriter):
+class MQStreamWriter(_RowSender, DataSourceStreamWriter):
     """Streaming write: each micro-batch's rows are sent like a batch write's."""
-
-    def __init__(self, options: SourceOptions, plan: RowPlan) -> None:
-        self._options = options
-        self._plan = plan
-
-    def write(self, iterator: Iterator[Row]) -> MQCommitMessage:
-        """Send this task's rows (executor)."""
-        return write_rows(iterator, self._plan, self._options)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log what micro-batch ``batchId`` sent (driver)."""

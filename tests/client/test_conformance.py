@@ -209,6 +209,22 @@ def test_fifo_both_ways(pair: Pair, queue: str) -> None:
         assert receiver.delete_batch(queue, [m.receipt_handle for m in got]) == [None] * len(got)
 
 
+def test_send_json_takes_the_fifo_ids_and_peek_shows_the_group(pair: Pair, queue: str) -> None:
+    fifo_queue = f"{queue[:70]}.fifo"
+    pair.a.create_queue(fifo_queue)
+    pair.a.create_queue(queue)
+    for n, (sender, reader) in enumerate(pair.both_ways()):
+        first = sender.send_json(fifo_queue, {"n": n}, group_id=f"g{n}", deduplication_id=f"d{n}")
+        assert sender.send_json(fifo_queue, {"n": n}, group_id=f"g{n}", deduplication_id=f"d{n}") == first
+        plain = sender.send_json(queue, [n])
+        (peeked,) = reader.peek_ids(fifo_queue, [first])
+        assert (peeked.group_id, peeked.json(), peeked.content_type) == (f"g{n}", {"n": n}, "application/json")
+        assert [m.group_id for m in reader.iter_peek(queue) if m.message_id == plain] == [None]
+        (received,) = receive_n(reader, fifo_queue, 1)
+        assert (received.message_id, received.group_id, received.deduplication_id) == (first, f"g{n}", f"d{n}")
+        reader.ack(received)
+
+
 # -- visibility and receipt handles ----------------------------------------------------------
 
 

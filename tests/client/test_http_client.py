@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
 
@@ -567,6 +568,38 @@ async def test_peek_reads_without_receiving(api: Api, queue: str) -> None:
     assert (stats["ready"], stats["in_flight"], stats["delayed"]) == (4, 1, 1)  # nothing changed
     (next_message,) = await api.receive(queue)
     assert (next_message.message_id, next_message.receive_count) == (ids[1], 1)
+
+
+async def test_peek_answers_carry_both_deadline_keys(shared_stack: Any, api: Api, queue: str) -> None:
+    await api.create_queue(queue)
+    sent = await api.send(queue, b"x")
+    (received,) = await api.receive(queue, visibility_timeout_seconds=600)
+    async with httpx.AsyncClient(base_url=shared_stack.url) as raw:
+        (item,) = [m for m in (await raw.get(f"/{queue}/peek")).json()["messages"] if m["message_id"] == sent]
+    assert item["visibility_deadline_ms"] == item["visible_at_ms"] == received.visibility_deadline_ms
+
+
+async def test_peek_reads_the_new_deadline_key_or_an_older_servers_one(make_client: ClientFactory) -> None:
+    item = {
+        "message_id": "01a1fe4f-1bbf-7000-ac36-adce7281dd16",
+        "state": "in_flight",
+        "body_base64": "eA==",
+        "content_type": "application/octet-stream",
+        "attributes": {},
+        "sent_timestamp_ms": 1,
+        "receive_count": 1,
+        "source_queue": "jobs.fifo",
+    }
+    answers = [
+        (200, {"messages": [{**item, "visibility_deadline_ms": 2000, "visible_at_ms": 2000, "group_id": "g"}]}, {}),
+        (200, {"messages": [{**item, "visible_at_ms": 1000}]}, {}),  # a server of before 0.1's rename
+    ]
+    async with ScriptedServer(answers) as server:
+        client = make_client(server.url, max_retries=0)
+        (now,) = (await client.peek("jobs.fifo")).messages
+        (before,) = (await client.peek("jobs.fifo")).messages
+    assert (now.visibility_deadline_ms, now.group_id) == (2000, "g")
+    assert (before.visibility_deadline_ms, before.group_id) == (1000, None)
 
 
 async def test_receive_from_one_partition(api: Api, queue: str) -> None:
