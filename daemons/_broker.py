@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from daemons import _runtime
+from daemons._fifo_wakes import FifoWakes
 from daemons._handoff import Handoff
 from daemons._health import Health
 from daemons._metrics import BrokerMetrics
@@ -84,6 +85,10 @@ class Broker:
         self.health = Health(settings.root, settings.min_free_bytes)
         self.sender = Sender(self)
         self.redrives = RedriveRunner(self)
+        #: Wakes FIFO long polls when the queue's delay ends or another process may have freed a group.
+        self.fifo_wakes = FifoWakes(
+            self.store.layout.delay, lambda q: self.queues.fire(self._arrivals, q), lambda q: q in self._arrivals
+        )
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -105,6 +110,7 @@ class Broker:
         """Stop background work and the worker threads (after in-flight requests finished)."""
         if not self.stopping:
             await self.begin_stop()
+        await self.fifo_wakes.close()
         await self.queues.close()
         self.sender.close()
         self.remover.shutdown(wait=True)
@@ -197,6 +203,8 @@ class Broker:
         state = self.queues.fetcher_for(queue).queues.get(queue)
         if state is not None:
             self.queues.apply_meta(queue, state, (explicit, state.created_ms, state.purged_before))
+        if "delay_seconds" in changes and is_fifo_queue(queue):  # retroactive (19.3): waiting polls look again
+            self.queues.fire(self._arrivals, queue)
         logger.info("attributes changed queue=%s explicit=%s", queue, json.dumps(explicit, sort_keys=True))
         return effective(explicit, self.defaults)
 
@@ -347,11 +355,13 @@ class Broker:
                     )
                     index.update(outcome.untried)
                     held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
+                    if fifo:
+                        self.fifo_wakes.note(queue, outcome)  # a due delay or a group freed elsewhere wakes polls
                     outcome.check(queue, len(out))
                     for message in outcome.messages:
                         out[message.message_id] = message
-                    if outcome.error is not None:
-                        break
+                    if outcome.error is not None or outcome.next_due_ms is not None:
+                        break  # FIFO queue delay: every later name is not due either (ids grow with send time)
             finally:
                 state.index.update(held)
                 if popped:

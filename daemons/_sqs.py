@@ -28,6 +28,7 @@ from daemons import _auth, _sqs_auth
 from daemons._broker import Broker
 from daemons._http import BROKER
 from mqcore import sqs, sqs_fifo, sqs_query
+from mqcore.attributes import QueueAttributes
 from mqcore.errors import MQError
 from mqcore.model import ReceivedMessage
 from mqcore.names import QueueName, is_fifo_queue, sent_ms_of
@@ -381,12 +382,24 @@ async def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     group, dedup = sqs_fifo.check_send(queue, body)
     attrs = await ctx.broker.get_attributes(queue)
     _check_size(message.size_bytes, attrs.max_message_bytes)
-    delay = attrs.delay_seconds if message.delay_seconds is None else message.delay_seconds
     entry = SendEntry(
-        message.body, SQS_CONTENT_TYPE, message.attributes or None, delay * 1000, message.attribute_types, group, dedup
+        message.body,
+        SQS_CONTENT_TYPE,
+        message.attributes or None,
+        _delay_ms(queue, attrs, message),
+        message.attribute_types,
+        group,
+        dedup,
     )
     message_id = await ctx.broker.sender.send(queue, entry)
     return {**_sent(message_id, message), **sqs_fifo.sent_fields(queue, message_id)}
+
+
+def _delay_ms(queue: QueueName, attrs: QueueAttributes, message: sqs.OutgoingMessage) -> int:
+    """A send's delay: its DelaySeconds, else the queue's; 0 on a FIFO queue (its delay applies at receive, 19.3)."""
+    if message.delay_seconds is not None:
+        return message.delay_seconds * 1000
+    return 0 if is_fifo_queue(queue) else attrs.delay_seconds * 1000
 
 
 def _check_size(size: int, limit: int) -> None:
@@ -429,7 +442,7 @@ async def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, An
                 m.body,
                 SQS_CONTENT_TYPE,
                 m.attributes or None,
-                (attrs.delay_seconds if m.delay_seconds is None else m.delay_seconds) * 1000,
+                _delay_ms(queue, attrs, m),
                 m.attribute_types or None,
                 m.group_id,
                 m.dedup_id,

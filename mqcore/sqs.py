@@ -439,7 +439,7 @@ def queue_attributes_out(
             out[name] = str(facts.in_flight)
         elif name == "ApproximateNumberOfMessagesDelayed":
             out[name] = str(facts.delayed)
-    out.update(sqs_fifo.queue_attributes_out(queue, attrs.content_based_deduplication, names))
+    out.update(sqs_fifo.queue_attributes_out(queue, attrs, names))
     return out
 
 
