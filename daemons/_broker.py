@@ -14,6 +14,7 @@ its leases (:class:`mqcore.service.handles.LeaseMemory`).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections import Counter
@@ -32,7 +33,7 @@ from daemons._redrive import RedriveRunner
 from daemons._send import Sender
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.errors import QueueNotFound, ServerBusy
+from mqcore.errors import MQError, QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
@@ -519,6 +520,11 @@ class Broker:
         """
         hint = self.leases.current(handle)
         where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
+        self._deleted_by_handle(queue, handle, where)
+        return handle.message_id, where
+
+    def _deleted_by_handle(self, queue: QueueName, handle: ReceiptHandle, where: str) -> None:
+        """After a delete by ``handle`` (loop thread): forget the lease, wake who may be waiting, count it."""
         self.leases.released(handle)
         if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
             self.queues.fire(self.queues.arrivals, queue)
@@ -528,7 +534,43 @@ class Broker:
                 state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
             self.queues.fire(self.queues.room, queue)
         self.counts.add("deleted", queue)
-        return handle.message_id, where
+
+    async def delete_by_handles(
+        self, queue: QueueName, handles: list[ReceiptHandle]
+    ) -> list[tuple[str, str] | MQError]:
+        """:meth:`delete_by_handle` for several handles of one queue in one job of the remover thread.
+
+        The same renames and the same one fsync of ``remove/`` as that many concurrent
+        :meth:`delete_by_handle` calls (their jobs share a batch), without a task, a future and a
+        hand-off per handle (SQS DeleteMessageBatch, docs/performance.md "SQS protocol, pinned").
+
+        Returns:
+            Per handle, in order: (message id, where it was), or the error that handle met
+            (StaleReceiptHandle, MessageNotFound, StorageUnavailable...).
+        """
+        hints = [self.leases.current(handle) for handle in handles]
+
+        def delete_all() -> list[str | MQError]:
+            out: list[str | MQError] = []
+            for handle, hint in zip(handles, hints, strict=True):
+                try:
+                    out.append(self.store.delete_by_handle(queue, handle, hint, sync=False))
+                except MQError as exc:
+                    out.append(exc)
+            return out
+
+        try:
+            wheres = await self.remover.run(delete_all)
+        except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
+            return [copy.copy(exc) for _ in handles]
+        results: list[tuple[str, str] | MQError] = []
+        for handle, where in zip(handles, wheres, strict=True):
+            if isinstance(where, MQError):
+                results.append(where)
+            else:
+                self._deleted_by_handle(queue, handle, where)
+                results.append((handle.message_id, where))
+        return results
 
     async def change_visibility(
         self, queue: QueueName, handle: ReceiptHandle, visibility_timeout_seconds: int
