@@ -14,6 +14,7 @@ its leases (:class:`mqcore.service.handles.LeaseMemory`).
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections import Counter
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from daemons import _runtime
+from daemons._fifo_wakes import FifoWakes
 from daemons._handoff import Handoff
 from daemons._health import Health
 from daemons._metrics import BrokerMetrics
@@ -31,7 +33,7 @@ from daemons._redrive import RedriveRunner
 from daemons._send import Sender
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.errors import QueueNotFound, ServerBusy
+from mqcore.errors import MQError, QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
@@ -84,6 +86,10 @@ class Broker:
         self.health = Health(settings.root, settings.min_free_bytes)
         self.sender = Sender(self)
         self.redrives = RedriveRunner(self)
+        #: Wakes FIFO long polls when the queue's delay ends or another process may have freed a group.
+        self.fifo_wakes = FifoWakes(
+            self.store.layout.delay, lambda q: self.queues.fire(self._arrivals, q), lambda q: q in self._arrivals
+        )
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -105,6 +111,7 @@ class Broker:
         """Stop background work and the worker threads (after in-flight requests finished)."""
         if not self.stopping:
             await self.begin_stop()
+        await self.fifo_wakes.close()
         await self.queues.close()
         self.sender.close()
         self.remover.shutdown(wait=True)
@@ -197,6 +204,8 @@ class Broker:
         state = self.queues.fetcher_for(queue).queues.get(queue)
         if state is not None:
             self.queues.apply_meta(queue, state, (explicit, state.created_ms, state.purged_before))
+        if "delay_seconds" in changes and is_fifo_queue(queue):  # retroactive (19.3): waiting polls look again
+            self.queues.fire(self._arrivals, queue)
         logger.info("attributes changed queue=%s explicit=%s", queue, json.dumps(explicit, sort_keys=True))
         return effective(explicit, self.defaults)
 
@@ -347,11 +356,13 @@ class Broker:
                     )
                     index.update(outcome.untried)
                     held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
+                    if fifo:
+                        self.fifo_wakes.note(queue, outcome)  # a due delay or a group freed elsewhere wakes polls
                     outcome.check(queue, len(out))
                     for message in outcome.messages:
                         out[message.message_id] = message
-                    if outcome.error is not None:
-                        break
+                    if outcome.error is not None or outcome.next_due_ms is not None:
+                        break  # FIFO queue delay: every later name is not due either (ids grow with send time)
             finally:
                 state.index.update(held)
                 if popped:
@@ -509,6 +520,11 @@ class Broker:
         """
         hint = self.leases.current(handle)
         where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
+        self._deleted_by_handle(queue, handle, where)
+        return handle.message_id, where
+
+    def _deleted_by_handle(self, queue: QueueName, handle: ReceiptHandle, where: str) -> None:
+        """After a delete by ``handle`` (loop thread): forget the lease, wake who may be waiting, count it."""
         self.leases.released(handle)
         if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
             self.queues.fire(self.queues.arrivals, queue)
@@ -518,7 +534,43 @@ class Broker:
                 state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
             self.queues.fire(self.queues.room, queue)
         self.counts.add("deleted", queue)
-        return handle.message_id, where
+
+    async def delete_by_handles(
+        self, queue: QueueName, handles: list[ReceiptHandle]
+    ) -> list[tuple[str, str] | MQError]:
+        """:meth:`delete_by_handle` for several handles of one queue in one job of the remover thread.
+
+        The same renames and the same one fsync of ``remove/`` as that many concurrent
+        :meth:`delete_by_handle` calls (their jobs share a batch), without a task, a future and a
+        hand-off per handle (SQS DeleteMessageBatch, docs/performance.md "SQS protocol, pinned").
+
+        Returns:
+            Per handle, in order: (message id, where it was), or the error that handle met
+            (StaleReceiptHandle, MessageNotFound, StorageUnavailable...).
+        """
+        hints = [self.leases.current(handle) for handle in handles]
+
+        def delete_all() -> list[str | MQError]:
+            out: list[str | MQError] = []
+            for handle, hint in zip(handles, hints, strict=True):
+                try:
+                    out.append(self.store.delete_by_handle(queue, handle, hint, sync=False))
+                except MQError as exc:
+                    out.append(exc)
+            return out
+
+        try:
+            wheres = await self.remover.run(delete_all)
+        except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
+            return [copy.copy(exc) for _ in handles]
+        results: list[tuple[str, str] | MQError] = []
+        for handle, where in zip(handles, wheres, strict=True):
+            if isinstance(where, MQError):
+                results.append(where)
+            else:
+                self._deleted_by_handle(queue, handle, where)
+                results.append((handle.message_id, where))
+        return results
 
     async def change_visibility(
         self, queue: QueueName, handle: ReceiptHandle, visibility_timeout_seconds: int

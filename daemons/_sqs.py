@@ -14,10 +14,11 @@ bad request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import os
 import urllib.parse
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -28,9 +29,10 @@ from daemons import _auth, _sqs_auth
 from daemons._broker import Broker
 from daemons._http import BROKER
 from mqcore import sqs, sqs_fifo, sqs_query
+from mqcore.attributes import QueueAttributes
 from mqcore.errors import MQError
 from mqcore.model import ReceivedMessage
-from mqcore.names import QueueName, is_fifo_queue, sent_ms_of
+from mqcore.names import QueueName, ReceiptHandle, is_fifo_queue, sent_ms_of
 from mqcore.protocol import SendEntry, now_ms
 from mqcore.redrive import DEFAULT_REDRIVE_RATE
 from mqcore.service import fifo
@@ -48,6 +50,19 @@ SQS_CONTENT_TYPE = "text/plain; charset=utf-8"
 UNSUPPORTED = ("AddPermission", "RemovePermission")
 
 Action = Callable[["Context", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+_REQUEST_ID_PREFIX = os.urandom(8).hex()
+_request_numbers = itertools.count()
+
+
+def new_request_id() -> str:
+    """An ``x-amzn-RequestId``: UUID-shaped, unique per process start and request (random prefix, counter).
+
+    ``uuid.uuid4()`` (a ``getrandom`` call and a UUID object) cost about 4 % of the event loop's
+    time under a boto3 receive+delete load (docs/performance.md); nothing parses these ids.
+    """
+    p = _REQUEST_ID_PREFIX
+    return f"{p[:8]}-{p[8:12]}-{p[12:16]}-{next(_request_numbers):016x}"
 
 
 class Context:
@@ -102,7 +117,7 @@ async def sqs_endpoint(request: web.Request) -> web.Response:
     Signatures are checked with ``--auth-file`` (its access keys, with their grants) or
     ``--sqs-credentials``, otherwise any credentials are accepted, as ElasticMQ (daemons._sqs_auth).
     """
-    request_id = str(uuid.uuid4())
+    request_id = new_request_id()
     target = request.headers.get("X-Amz-Target", "")
     query = not target  # no X-Amz-Target: the query protocol (form-encoded Action=, XML answers)
     name = ""
@@ -381,12 +396,24 @@ async def send_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     group, dedup = sqs_fifo.check_send(queue, body)
     attrs = await ctx.broker.get_attributes(queue)
     _check_size(message.size_bytes, attrs.max_message_bytes)
-    delay = attrs.delay_seconds if message.delay_seconds is None else message.delay_seconds
     entry = SendEntry(
-        message.body, SQS_CONTENT_TYPE, message.attributes or None, delay * 1000, message.attribute_types, group, dedup
+        message.body,
+        SQS_CONTENT_TYPE,
+        message.attributes or None,
+        _delay_ms(queue, attrs, message),
+        message.attribute_types,
+        group,
+        dedup,
     )
     message_id = await ctx.broker.sender.send(queue, entry)
     return {**_sent(message_id, message), **sqs_fifo.sent_fields(queue, message_id)}
+
+
+def _delay_ms(queue: QueueName, attrs: QueueAttributes, message: sqs.OutgoingMessage) -> int:
+    """A send's delay: its DelaySeconds, else the queue's; 0 on a FIFO queue (its delay applies at receive, 19.3)."""
+    if message.delay_seconds is not None:
+        return message.delay_seconds * 1000
+    return 0 if is_fifo_queue(queue) else attrs.delay_seconds * 1000
 
 
 def _check_size(size: int, limit: int) -> None:
@@ -429,7 +456,7 @@ async def send_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, An
                 m.body,
                 SQS_CONTENT_TYPE,
                 m.attributes or None,
-                (attrs.delay_seconds if m.delay_seconds is None else m.delay_seconds) * 1000,
+                _delay_ms(queue, attrs, m),
                 m.attribute_types or None,
                 m.group_id,
                 m.dedup_id,
@@ -466,25 +493,28 @@ async def receive_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _received(ctx: Context, message: ReceivedMessage, system: list[str], names: object) -> dict[str, Any]:
-    text = sqs.body_text(message.body)
+    text, md5 = sqs.body_and_md5(message.body)
     out: dict[str, Any] = {
         "MessageId": message.message_id,
         "ReceiptHandle": message.receipt_handle,
-        "MD5OfBody": sqs.md5_of_body(text),
+        "MD5OfBody": md5,
         "Body": text,
     }
-    values = {
-        "SenderId": ctx.account_id,
-        "SentTimestamp": str(message.sent_ms),
-        "ApproximateReceiveCount": str(message.receive_count),
-        "ApproximateFirstReceiveTimestamp": str(message.first_receive_ms),
-    }
-    if message.source_queue and message.source_queue != message.queue:
-        values["DeadLetterQueueSourceArn"] = ctx.arn(message.source_queue)
-    values.update(sqs_fifo.system_attributes(message))
-    system_out = {n: values[n] for n in system if n in values}
-    if system_out:
-        out["Attributes"] = system_out
+    if system:  # only when asked for: most receives ask for none
+        values = {
+            "SenderId": ctx.account_id,
+            "SentTimestamp": str(message.sent_ms),
+            "ApproximateReceiveCount": str(message.receive_count),
+            "ApproximateFirstReceiveTimestamp": str(message.first_receive_ms),
+        }
+        if message.source_queue and message.source_queue != message.queue:
+            values["DeadLetterQueueSourceArn"] = ctx.arn(message.source_queue)
+        values.update(sqs_fifo.system_attributes(message))
+        system_out = {n: values[n] for n in system if n in values}
+        if system_out:
+            out["Attributes"] = system_out
+    if not names:
+        return out
     user = sqs.wire_attributes(message.attributes, message.attribute_types, names)
     if user:
         out["MessageAttributes"] = user
@@ -500,16 +530,35 @@ def _handle(value: object) -> str:
     return value
 
 
-async def _delete(ctx: Context, queue: QueueName, handle: object) -> None:
-    """Delete by receipt handle; a stale handle or a message already gone succeeds without deleting (SQS)."""
+def _parsed_handle(queue: QueueName, handle: object) -> ReceiptHandle:
+    """The receipt handle of a delete or change of visibility, parsed for ``queue``.
+
+    Raises:
+        SqsError: MissingParameter, ReceiptHandleIsInvalid (malformed, or of another queue).
+    """
     try:
-        await ctx.broker.delete_by_handle(queue, check_handle(_handle(handle), queue))
+        return check_handle(_handle(handle), queue)
     except MQError as exc:
-        if exc.code in ("stale_receipt_handle", "message_not_found"):
-            return
         if exc.code == "invalid_receipt_handle":
             raise sqs.SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is invalid.") from None
         raise
+
+
+def _delete_error(exc: MQError) -> sqs.SqsError | None:
+    """A delete's error as SQS answers it: None (success) for a stale handle or a message already gone (SQS)."""
+    if exc.code in ("stale_receipt_handle", "message_not_found"):
+        return None
+    return sqs.from_mq_error(exc)
+
+
+async def _delete(ctx: Context, queue: QueueName, handle: object) -> None:
+    """Delete by receipt handle; a stale handle or a message already gone succeeds without deleting (SQS)."""
+    try:
+        await ctx.broker.delete_by_handle(queue, _parsed_handle(queue, handle))
+    except MQError as exc:
+        error = _delete_error(exc)
+        if error is not None:
+            raise error from None
 
 
 async def delete_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
@@ -524,8 +573,9 @@ async def _change(ctx: Context, queue: QueueName, handle: object, seconds: objec
         raise sqs.SqsError("MissingParameter", "The request must contain the parameter VisibilityTimeout.")
     if not isinstance(seconds, int) or not VISIBILITY_TIMEOUT_SECONDS.contains(seconds):
         raise sqs.SqsError("InvalidParameterValue", f"Value {seconds!r} for parameter VisibilityTimeout is invalid.")
+    parsed = _parsed_handle(queue, handle)
     try:
-        await ctx.broker.change_visibility(queue, check_handle(_handle(handle), queue), seconds)
+        await ctx.broker.change_visibility(queue, parsed, seconds)
     except MQError as exc:
         if exc.code == "invalid_receipt_handle":
             raise sqs.SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is invalid.") from None
@@ -562,8 +612,29 @@ async def _batch(
 
 
 async def delete_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """DeleteMessageBatch: each entry as DeleteMessage, concurrently (their fsyncs are group-committed)."""
-    return await _batch(ctx, body, lambda queue, e: _delete(ctx, queue, e.get("ReceiptHandle")))
+    """DeleteMessageBatch: each entry as DeleteMessage, all in one job of the remover (Broker.delete_by_handles).
+
+    One rename per entry and one fsync of ``remove/`` for the batch, as concurrent deletes; a
+    stale handle or a message already gone is a success, as DeleteMessage's.
+    """
+    queue = sqs.queue_from_url(body.get("QueueUrl"))
+    entries = sqs.check_batch(body.get("Entries"), "Entries")
+    await ctx.broker.queue_state(queue)  # QueueDoesNotExist for the whole request
+    errors: list[sqs.SqsError | None] = [None] * len(entries)
+    handles: list[tuple[int, ReceiptHandle]] = []
+    for i, entry in enumerate(entries):
+        try:
+            handles.append((i, _parsed_handle(queue, entry.get("ReceiptHandle"))))
+        except sqs.SqsError as exc:
+            errors[i] = exc
+    if handles:
+        results = await ctx.broker.delete_by_handles(queue, [h for _, h in handles])
+        for (i, _), result in zip(handles, results, strict=True):
+            if isinstance(result, MQError):
+                errors[i] = _delete_error(result)
+    successful = [{"Id": e["Id"]} for e, error in zip(entries, errors, strict=True) if error is None]
+    failed = [sqs.failed_entry(e["Id"], error) for e, error in zip(entries, errors, strict=True) if error is not None]
+    return {"Successful": successful, "Failed": failed}
 
 
 async def change_message_visibility_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:

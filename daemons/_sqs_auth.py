@@ -30,6 +30,12 @@ from mqcore.names import QueueName
 
 logger = logging.getLogger("mq.auth")
 
+#: Logged at start when both are given (``{}``: the credentials file): the auth file's access keys win.
+IGNORED_CREDENTIALS = (
+    "--sqs-credentials {} is ignored: with --auth-file, SQS requests are checked against the auth file's "
+    '[[access_keys]] (docs/sqs.md "Authentication"); move its keys there, or drop --sqs-credentials'
+)
+
 
 class AccessDenied(sqs.SqsError):
     """SQS's ``AccessDenied`` (HTTP 403; botocore raises it as ClientError with code AccessDenied)."""

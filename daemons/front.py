@@ -79,6 +79,7 @@ from daemons._http import (
 from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
+from daemons._sqs_auth import IGNORED_CREDENTIALS
 from mqcore.errors import ConfigError
 from mqcore.fsinfo import shared_warning
 
@@ -216,6 +217,8 @@ async def serve(
     if auth is not None:
         _runtime.install_reload_signal(auth.reload)
         logger.info("auth file %s: %d tokens (SIGHUP reloads it)", settings.auth_file, auth.count)
+        if settings.sqs_credentials:  # docs/sqs.md "Authentication": the auth file's access keys win
+            logger.warning("%s", IGNORED_CREDENTIALS.format(settings.sqs_credentials))
     elif shutdown_trigger is None:  # systemctl reload must not kill mq: SIGHUP only says there is nothing to reload
         _runtime.install_reload_signal(lambda: logger.info("nothing to reload (no --auth-file)"))
     if sock is not None:

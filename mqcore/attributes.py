@@ -110,6 +110,12 @@ class QueueAttributes:
     content_based_deduplication: bool = False
     """FIFO queues only (a name ending ``.fifo``): a message sent without a deduplication id gets the
     SHA-256 of its body as one (SQS: ContentBasedDeduplication; docs/protocol.md 19)."""
+    deduplication_scope: str = "queue"
+    """FIFO queues only: ``queue`` (a deduplication id counts across the queue) or ``message_group``
+    (within its message group only) (SQS: DeduplicationScope messageQueue / messageGroup)."""
+    fifo_throughput_limit: str = "per_queue"
+    """FIFO queues only: ``per_queue`` or ``per_message_group_id`` (needs ``deduplication_scope``
+    ``message_group``). Stored and reported; mq has one throughput mode (SQS: FifoThroughputLimit)."""
 
     @classmethod
     def from_json(cls, obj: object, defaults: QueueAttributes | None = None) -> QueueAttributes:
@@ -143,6 +149,11 @@ _INT_RANGES: dict[str, tuple[int, int, str]] = {
 
 #: Attributes that are JSON booleans.
 _BOOL_KEYS = ("content_based_deduplication",)
+#: Attributes that are one of a few strings (the first is the default), with their rule.
+_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "deduplication_scope": (("queue", "message_group"), "SQS: DeduplicationScope"),
+    "fifo_throughput_limit": (("per_queue", "per_message_group_id"), "SQS: FifoThroughputLimit"),
+}
 
 
 def check_changes(obj: object) -> dict[str, Any]:
@@ -169,6 +180,14 @@ def check_changes(obj: object) -> dict[str, Any]:
                 raise InvalidAttribute(f"{key} must be true or false, got {echo(value)}", name=key)
             out[key] = value
             continue
+        if key in _CHOICES:
+            choices, rule = _CHOICES[key]
+            if value not in choices:
+                raise InvalidAttribute(
+                    f"{key} must be one of {', '.join(choices)} ({rule}), got {echo(value)}", name=key
+                )
+            out[key] = value
+            continue
         if key == "dead_letter_queue":
             try:
                 out[key] = check_queue_name(value)
@@ -188,8 +207,8 @@ def check_queue_kind(queue: str, changes: dict[str, Any]) -> None:
     """Refuse attributes that do not fit the queue's kind (FIFO or standard; SQS's rules).
 
     Raises:
-        InvalidAttribute: ``content_based_deduplication`` true on a queue whose name does not end ``.fifo``;
-            ``delay_seconds`` above 0 on a FIFO queue (mq's FIFO queues have no delay, docs/sqs.md).
+        InvalidAttribute: ``content_based_deduplication`` true, or ``deduplication_scope`` /
+            ``fifo_throughput_limit`` other than their defaults, on a queue whose name does not end ``.fifo``.
         InvalidRequest: A ``dead_letter_queue`` of the other kind: a FIFO queue's must be FIFO, a
             standard queue's standard (SQS: "Dead-letter queue must be same type of queue as the
             source", InvalidParameterValue on CreateQueue and SetQueueAttributes).
@@ -207,8 +226,28 @@ def check_queue_kind(queue: str, changes: dict[str, Any]) -> None:
             "content_based_deduplication is for FIFO queues only (names ending in .fifo)",
             name="content_based_deduplication",
         )
-    if changes.get("delay_seconds") and is_fifo_queue(queue):
-        raise InvalidAttribute("FIFO queues in mq have no delay: delay_seconds must be 0", name="delay_seconds")
+    if not is_fifo_queue(queue):
+        for key, (choices, _) in _CHOICES.items():
+            if changes.get(key) not in (None, choices[0]):
+                raise InvalidAttribute(f"{key} is for FIFO queues only (names ending in .fifo)", name=key)
+
+
+def check_fifo_throughput(explicit: dict[str, Any]) -> None:
+    """A queue's explicit attributes (after a change): ``per_message_group_id`` needs ``message_group`` scope.
+
+    SQS: FifoThroughputLimit perMessageGroupId is allowed only with DeduplicationScope messageGroup.
+
+    Raises:
+        InvalidAttribute: ``fifo_throughput_limit`` ``per_message_group_id`` without that scope.
+    """
+    if explicit.get("fifo_throughput_limit") == "per_message_group_id" and (
+        explicit.get("deduplication_scope") != "message_group"
+    ):
+        raise InvalidAttribute(
+            "fifo_throughput_limit per_message_group_id needs deduplication_scope message_group "
+            "(SQS: FifoThroughputLimit perMessageGroupId needs DeduplicationScope messageGroup)",
+            name="fifo_throughput_limit",
+        )
 
 
 def effective(explicit: dict[str, Any], defaults: QueueAttributes) -> QueueAttributes:

@@ -439,7 +439,7 @@ def queue_attributes_out(
             out[name] = str(facts.in_flight)
         elif name == "ApproximateNumberOfMessagesDelayed":
             out[name] = str(facts.delayed)
-    out.update(sqs_fifo.queue_attributes_out(queue, attrs.content_based_deduplication, names))
+    out.update(sqs_fifo.queue_attributes_out(queue, attrs, names))
     return out
 
 
@@ -573,7 +573,8 @@ def outgoing_message(entry: dict[str, Any]) -> OutgoingMessage:
     size = len(raw) + sum(
         len(k.encode()) + len(v.encode()) + len(types.get(k, "String")) for k, v in attributes.items()
     )
-    return OutgoingMessage(raw, attributes, types, delay, size, md5_of_body(body), md5_of_attributes(wire))
+    md5 = hashlib.md5(raw).hexdigest()  # md5_of_body without encoding the body again; not a security use
+    return OutgoingMessage(raw, attributes, types, delay, size, md5, md5_of_attributes(wire))
 
 
 def _stored_attributes(wire: object) -> tuple[dict[str, str], dict[str, str]]:
@@ -680,6 +681,20 @@ def system_attribute_names(*lists: object) -> list[str]:
 def body_text(body: bytes) -> str:
     """A stored body as SQS's string Body (bytes that are not UTF-8 are replaced by U+FFFD)."""
     return body.decode("utf-8", errors="replace")
+
+
+def body_and_md5(body: bytes) -> tuple[str, str]:
+    """A stored body as SQS's Body (:func:`body_text`) and its MD5OfBody (:func:`md5_of_body`).
+
+    A body that is UTF-8 (every body sent through SQS) is hashed as stored, without encoding
+    its text again; one that is not is hashed as delivered (with U+FFFD).
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = body_text(body)
+        return text, md5_of_body(text)
+    return text, hashlib.md5(body).hexdigest()  # SQS's checksum, not a security use
 
 
 def check_batch(entries: object, field: str) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mqcore.attributes import QueueAttributes
 from mqcore.model import ReceivedMessage
 from mqcore.names import is_fifo_queue
 from mqcore.service.fifo import MAX_FIFO_ID_CHARS, message_fields, sequence_number
@@ -18,8 +19,14 @@ from mqcore.service.fifo import MAX_FIFO_ID_CHARS, message_fields, sequence_numb
 FIFO_QUEUE_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
 #: System attributes of a FIFO message a receive may ask for.
 FIFO_SYSTEM_ATTRIBUTES = ("MessageGroupId", "MessageDeduplicationId", "SequenceNumber")
-#: The values mq supports of the high-throughput settings (SQS's defaults; mq has one throughput mode).
-_SUPPORTED_VALUES = {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+#: The high-throughput settings: SQS name -> (mq attribute, {SQS value: mq value}); the first value is the default.
+_CHOICES: dict[str, tuple[str, dict[str, str]]] = {
+    "DeduplicationScope": ("deduplication_scope", {"messageQueue": "queue", "messageGroup": "message_group"}),
+    "FifoThroughputLimit": (
+        "fifo_throughput_limit",
+        {"perQueue": "per_queue", "perMessageGroupId": "per_message_group_id"},
+    ),
+}
 
 _NAME_RULE = (
     "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, "
@@ -57,8 +64,9 @@ def translate_attribute(name: str, value: str, changes: dict[str, Any], *, creat
     """Translate a FIFO queue attribute of CreateQueue / SetQueueAttributes into ``changes``; False if not one.
 
     ``FifoQueue`` only at creation (checked by :func:`check_queue_type`); ``ContentBasedDeduplication``
-    ``true``/``false`` becomes ``content_based_deduplication``; ``DeduplicationScope`` ``queue`` and
-    ``FifoThroughputLimit`` ``perQueue`` are accepted (mq has no high-throughput mode).
+    ``true``/``false`` becomes ``content_based_deduplication``; ``DeduplicationScope``
+    (``messageQueue``/``messageGroup``) becomes ``deduplication_scope`` and ``FifoThroughputLimit``
+    (``perQueue``/``perMessageGroupId``) ``fifo_throughput_limit`` (their rules: mqcore.attributes).
 
     Raises:
         SqsError: InvalidAttributeName (FifoQueue on SetQueueAttributes), InvalidAttributeValue.
@@ -72,25 +80,28 @@ def translate_attribute(name: str, value: str, changes: dict[str, Any], *, creat
             raise _error("InvalidAttributeValue", "Invalid value for the parameter ContentBasedDeduplication.")
         changes["content_based_deduplication"] = value.lower() == "true"
         return True
-    if name in _SUPPORTED_VALUES:
-        if value != _SUPPORTED_VALUES[name]:
+    if name in _CHOICES:
+        key, values = _CHOICES[name]
+        if value not in values:
             raise _error(
-                "InvalidAttributeValue",
-                f"Invalid value for the parameter {name}: mq supports only {_SUPPORTED_VALUES[name]!r}.",
+                "InvalidAttributeValue", f"Invalid value for the parameter {name}: one of {', '.join(values)}."
             )
+        changes[key] = values[value]
         return True
     return False
 
 
-def queue_attributes_out(queue: str, content_based: bool, names: list[str]) -> dict[str, str]:
+def queue_attributes_out(queue: str, attrs: QueueAttributes, names: list[str]) -> dict[str, str]:
     """The FIFO attributes among ``names`` for GetQueueAttributes (none for a standard queue, as SQS)."""
     if not is_fifo_queue(queue):
         return {}
     values = {
         "FifoQueue": "true",
-        "ContentBasedDeduplication": "true" if content_based else "false",
-        **_SUPPORTED_VALUES,
+        "ContentBasedDeduplication": "true" if attrs.content_based_deduplication else "false",
     }
+    for name, (key, choices) in _CHOICES.items():
+        current = getattr(attrs, key)
+        values[name] = next(wire for wire, value in choices.items() if value == current)
     return {n: values[n] for n in names if n in values}
 
 

@@ -196,7 +196,7 @@ function sparkline(queue) {
 function listPage() {
   let prefix = new URLSearchParams(location.hash.split("?")[1] || "").get("prefix") || "";
   const body = h("tbody", {});
-  const filter = h("input", { id: "filter", placeholder: "filter by prefix", value: prefix, pattern: "[A-Za-z0-9_-]*" });
+  const filter = h("input", { id: "filter", placeholder: "filter by prefix", value: prefix, pattern: "[A-Za-z0-9_.\\-]*" });  // FIFO names end .fifo
   filter.addEventListener("input", () => {
     prefix = filter.value;
     refresh().catch(showError);

@@ -5,9 +5,10 @@ nothing else on disk marks it. Its sends go through :func:`send_fifo` instead of
 ``Store.send``:
 
 1. ``open("queues/Q/.dedup.HASH")`` and read it (HASH = sha256 of the deduplication id,
-   hex). A record younger than :data:`DEDUP_WINDOW_MS` names the message already sent with
-   that id: the send is a duplicate and answers that message's id (after rolling a
-   half-done send forward, below) without storing anything.
+   hex; of ``GROUP\\nID`` on a queue deduplicating per message group). A record younger
+   than :data:`DEDUP_WINDOW_MS` names the message already sent with that id: the send is a
+   duplicate and answers that message's id (after rolling a half-done send forward, below)
+   without storing anything.
 2. ``new/Q.ID`` is written and fsynced exactly as a standard send (section 6.2), its header
    carrying ``group_id`` and ``dedup_id``.
 3. An expired record is first renamed to ``.dedup.HASH.TOKEN.old`` (only one racer wins) and
@@ -77,6 +78,8 @@ class FifoSend:
         content_type: Its Content-Type, or None.
         attributes: User message attributes (name -> string), or None.
         attribute_types: SQS DataType of attributes that are not plain ``String``, or None.
+        per_group: The queue's deduplication scope is the message group (SQS: DeduplicationScope
+            messageGroup): the record is named by the group and the id (:func:`dedup_key`).
     """
 
     body: bytes
@@ -85,15 +88,24 @@ class FifoSend:
     content_type: str | None = None
     attributes: dict[str, str] | None = None
     attribute_types: dict[str, str] | None = None
+    per_group: bool = False
 
 
-def dedup_hash(dedup_id: str) -> str:
-    """HASH of a record name: the sha256 of the deduplication id's UTF-8 bytes, 64 hex digits."""
-    return hashlib.sha256(dedup_id.encode("utf-8")).hexdigest()
+def dedup_key(message: FifoSend) -> str:
+    """What the record's HASH is taken of: the deduplication id, or ``GROUP + "\\n" + ID`` when scoped per group.
+
+    A group id has no ``\\n`` (``[!-~]``), so the two forms never name the same record.
+    """
+    return f"{message.group_id}\n{message.dedup_id}" if message.per_group else message.dedup_id
 
 
-def _record_path(store: Store, queue: QueueName, dedup_id: str) -> str:
-    return os.path.join(store.layout.queue_dir(queue), DEDUP_PREFIX + dedup_hash(dedup_id))
+def dedup_hash(key: str) -> str:
+    """HASH of a record name: the sha256 of :func:`dedup_key`'s UTF-8 bytes, 64 hex digits."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _record_path(store: Store, queue: QueueName, key: str) -> str:
+    return os.path.join(store.layout.queue_dir(queue), DEDUP_PREFIX + dedup_hash(key))
 
 
 def _read_record(path: str) -> tuple[MessageId, int] | None:
@@ -191,7 +203,7 @@ def send_fifo(store: Store, queue: QueueName, message: FifoSend) -> tuple[Messag
             window with the same deduplication id is never delivered twice).
     """
     store._require_queue(queue)
-    record = _record_path(store, queue, message.dedup_id)
+    record = _record_path(store, queue, dedup_key(message))
     _maybe_sweep(store, queue)
     for _ in range(SEND_CREATE_ATTEMPTS):
         now = store.clock()

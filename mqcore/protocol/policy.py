@@ -20,12 +20,16 @@ class LeasePolicy:
         retention_ms: Messages older than this (from their send time) are
             removed, in ms (None = kept for ever).
         purged_before: Messages with ids up to this one were purged (None = never purged).
+        queue_delay_ms: The queue's ``delay_seconds`` in ms. Only a FIFO queue's receive applies it
+            (section 19.3: a message is not delivered before its send time plus it); a standard
+            queue's delay is applied at send.
     """
 
     max_receive_count: int | None = None
     dead_letter_queue: QueueName | None = None
     retention_ms: int | None = None
     purged_before: MessageId | None = None
+    queue_delay_ms: int = 0
 
     @classmethod
     def for_queue(cls, attrs: QueueAttributes, purged_before: MessageId | None) -> LeasePolicy:
@@ -35,6 +39,7 @@ class LeasePolicy:
             dead_letter_queue=attrs.dead_letter_queue,
             retention_ms=attrs.retention_seconds * 1000,
             purged_before=purged_before,
+            queue_delay_ms=attrs.delay_seconds * 1000,
         )
 
     def is_purged(self, message_id: MessageId) -> bool:

@@ -10,7 +10,7 @@ import shutil
 import uuid
 from typing import Any
 
-from mqcore.attributes import QueueAttributes, check_changes, check_queue_kind, effective
+from mqcore.attributes import QueueAttributes, check_changes, check_fifo_throughput, check_queue_kind, effective
 from mqcore.errors import InvalidAttribute, MQError, QueueNameExists, QueueNotFound, StorageUnavailable
 from mqcore.names import (
     REMOVED_QUEUE_SUFFIX,
@@ -69,6 +69,7 @@ class Queues(StoreBase):
             self.disk.sync_dir(self.layout.queues, "fsync of queues/")
             return False
         self._check_redrive_policy(explicit)
+        check_fifo_throughput(explicit)
         self._check_dead_letter_queue(queue, explicit.get("dead_letter_queue"))
         created_ms = self.clock()
         staging = os.path.join(self.layout.queues, f".{queue}.{uuid.uuid4().hex}{STAGING_SUFFIX}")
@@ -204,6 +205,7 @@ class Queues(StoreBase):
             else:
                 explicit[key] = value
         self._check_redrive_policy(explicit)
+        check_fifo_throughput(explicit)
         stamp = self.clock()
         meta = {
             "version": 1,

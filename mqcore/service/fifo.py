@@ -8,20 +8,24 @@ this module and pay nothing for it.
   MessageGroupId is required; the MessageDeduplicationId is the one given or, on a queue
   with ``content_based_deduplication``, the SHA-256 of the body (hex); a per-message delay
   is refused (SQS: FIFO queues delay per queue only). A duplicate within 5 minutes is
-  accepted and answers the first message's id without storing anything.
+  accepted and answers the first message's id without storing anything; with
+  ``deduplication_scope`` ``message_group``, only a duplicate in the same group.
 - **Receive** (:func:`lease_in_group_order`, called by
   :func:`mqcore.service.receive.lease_names` for FIFO queues): a message is leased only if no
   message of its group is in flight (any ``delay/`` lease of the queue's messages with the
   same group, whatever its deadline: an expired one comes back first), messages of a group
   in id order; other groups flow. After leasing, a receive that finds a lease of the same
   group it did not see before yields its own (visibility 0), so two daemons or brokerless
-  clients racing on one root never both hold a group.
+  clients racing on one root never both hold a group. The queue's ``delay_seconds`` applies
+  here, at receive: a message is not leased before its send time plus the delay (so a change
+  of the delay holds for messages already sent, as SQS's FIFO queues do).
 - **SequenceNumber** (:func:`sequence_number`): the message id read as a 128-bit integer, in
   decimal: it increases with the ids, which is the queue's delivery order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -31,8 +35,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound, cap
+from mqcore.fsinfo import dir_stamp
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_ready_name
+from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_ready_name, sent_ms_of
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.protocol.fifo import FifoSend, read_fifo_header, send_fifo
 from mqcore.protocol.send import SendEntry
@@ -75,7 +80,9 @@ def fifo_message(
     dedup_id: str | None,
     *,
     content_based_deduplication: bool,
+    per_group: bool = False,
     delay_ms: int = 0,
+    queue_delay_ms: int = 0,
     content_type: str | None = None,
     attributes: dict[str, str] | None = None,
     attribute_types: dict[str, str] | None = None,
@@ -88,7 +95,11 @@ def fifo_message(
         group_id: MessageGroupId (required, SQS).
         dedup_id: MessageDeduplicationId, or None to derive it from the body.
         content_based_deduplication: The queue's ``content_based_deduplication`` attribute.
-        delay_ms: The message's delay; must be 0 (SQS: no per-message DelaySeconds on FIFO queues).
+        per_group: The queue's ``deduplication_scope`` is ``message_group`` (SQS: DeduplicationScope
+            messageGroup): a deduplication id counts within its group only.
+        delay_ms: The message's delay: 0, or ``queue_delay_ms`` (the queue's default a send path filled in).
+            SQS: no per-message DelaySeconds on FIFO queues; the queue's applies at receive (19.3).
+        queue_delay_ms: The queue's ``delay_seconds`` in ms.
         content_type: Its Content-Type, or None.
         attributes: User message attributes (checked by the caller), or None.
         attribute_types: SQS DataTypes of the attributes that are not ``String``, or None.
@@ -108,13 +119,13 @@ def fifo_message(
             f"FIFO queue {queue!r} has no content-based deduplication: a message needs a MessageDeduplicationId",
             parameter="deduplication_id",
         )
-    if delay_ms:
+    if delay_ms and delay_ms != queue_delay_ms:
         raise InvalidRequest(
-            "a message to a FIFO queue cannot have its own delay (SQS: DelaySeconds per queue only; "
-            "mq: FIFO queues have no delay)",
+            "a message to a FIFO queue cannot have its own delay (SQS: DelaySeconds per queue only: "
+            "set the queue's delay_seconds)",
             parameter="delay_seconds",
         )
-    return FifoSend(body, group_id, dedup_id, content_type, attributes, attribute_types)
+    return FifoSend(body, group_id, dedup_id, content_type, attributes, attribute_types, per_group)
 
 
 def sequence_number(message_id: str) -> str:
@@ -162,22 +173,34 @@ def lease_in_group_order(
     Args are those of ``lease_names`` (``names`` in id order). Names of a group with a message in
     flight are not tried: they come back in :attr:`LeaseOutcome.held` (still ready). Messages of
     one group are leased in the order given; once one of a group cannot be leased (taken by another
-    consumer, dead-lettered, removed), the group's later ones wait for the next receive.
+    consumer, dead-lettered, removed), the group's later ones wait for the next receive. With a
+    queue delay (``policy.queue_delay_ms``; SQS: a FIFO queue's DelaySeconds, retroactive), a
+    message sent less than that long ago is not tried, nor any after it (ids grow with send
+    time): they come back in ``held`` too, and :attr:`LeaseOutcome.next_due_ms` says when the
+    first is due.
     """
     out = LeaseOutcome()
     pending = list(names)
+    with contextlib.suppress(OSError):
+        out.delay_stamp = dir_stamp(store.layout.delay)  # before the listing: a later change is seen
     blocked = set(_in_flight(store, queue))
     taken: dict[str, list[ReceivedMessage]] = {}
     qdir = store.layout.queue_dir(queue)
+    due_before = store.clock() - policy.queue_delay_ms if policy.queue_delay_ms else None
     for i, name in enumerate(pending):
         if wanted is not None and len(out.messages) >= wanted:
             out.untried.extend(pending[i:])
             break
         parsed = parse_ready_name(name)
+        if due_before is not None and parsed is not None and sent_ms_of(parsed[0]) > due_before:
+            out.held.extend(pending[i:])  # the queue's delay: this and every later message wait (19.3)
+            out.next_due_ms = sent_ms_of(parsed[0]) + policy.queue_delay_ms
+            break
         found = _fifo_ids(os.path.join(qdir, name), parsed[0]) if parsed is not None else None
         group = found[0] if found is not None else None
         if group is not None and group in blocked:
             out.held.append(name)
+            out.group_blocked = True
             continue
         try:
             message = store.lease(queue, name, visibility_timeout_ms, policy=policy)
@@ -233,7 +256,11 @@ def send_entries(store: Store, queue: QueueName, entries: list[SendEntry]) -> li
         QueueNotFound: No such queue (nothing is written).
     """
     store._require_queue(queue)
-    content_based = store.get_attributes(queue).get("content_based_deduplication") is True
+    explicit = store.get_attributes(queue)
+    content_based = explicit.get("content_based_deduplication") is True
+    per_group = explicit.get("deduplication_scope") == "message_group"
+    queue_delay = explicit.get("delay_seconds")
+    queue_delay_ms = queue_delay * 1000 if isinstance(queue_delay, int) else 0
     results: list[MessageId | MQError] = []
     for entry in entries:
         try:
@@ -243,7 +270,9 @@ def send_entries(store: Store, queue: QueueName, entries: list[SendEntry]) -> li
                 entry.group_id,
                 entry.dedup_id,
                 content_based_deduplication=content_based,
+                per_group=per_group,
                 delay_ms=entry.delay_ms,
+                queue_delay_ms=queue_delay_ms,
                 content_type=entry.content_type,
                 attributes=entry.attributes,
                 attribute_types=entry.attribute_types,

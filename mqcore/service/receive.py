@@ -51,14 +51,22 @@ class LeaseOutcome:
         messages: The messages leased, in the order tried.
         error: The storage error that stopped it, or None.
         untried: The names not tried (after the error, or beyond ``wanted``): still ready.
-        held: Names of a FIFO queue not tried because their message group is in flight
-            (:mod:`mqcore.service.fifo`): still ready, but not for this receive.
+        held: Names of a FIFO queue not tried because their message group is in flight, or because
+            the queue's delay has not passed since their send (:mod:`mqcore.service.fifo`): still
+            ready, but not for this receive.
+        group_blocked: A FIFO name was held because its group is in flight (a delete frees it);
+            then ``delay_stamp`` is ``delay/``'s :func:`mqcore.fsinfo.dir_stamp` from before the
+            in-flight groups were listed (None if the stat failed): a change of it may free the group.
+        next_due_ms: A FIFO name was held for the queue's delay: when the first of them is due (epoch ms).
     """
 
     messages: list[ReceivedMessage] = field(default_factory=list)
     error: MQError | None = None
     untried: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    group_blocked: bool = False
+    delay_stamp: tuple[int, int, int] | None = None
+    next_due_ms: int | None = None
 
     def check(self, queue: QueueName, leased_before: int = 0) -> None:
         """The receive's error rule: an error with nothing leased is raised; after some leases it is logged.

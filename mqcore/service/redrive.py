@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound, RedriveInProgress, RedriveNotRunning
-from mqcore.names import QueueName
+from mqcore.names import QueueName, is_fifo_queue
 from mqcore.protocol import Store, now_ms
 from mqcore.redrive import REDRIVE_STATUS_INTERVAL_SECONDS, present_redrive_status, redrive_running
 from mqcore.service.plans import Blocking, Plan
@@ -70,13 +70,21 @@ def check_redrive_queues(store: Store, source: QueueName, destination: QueueName
 
     Raises:
         QueueNotFound: ``source`` or ``destination`` does not exist.
-        InvalidRequest: ``destination`` is ``source`` (``details.field`` = ``destination``).
+        InvalidRequest: ``destination`` is ``source``, or of the other kind (FIFO or standard: SQS
+            moves messages only between queues of one type, as a dead-letter queue is of its
+            sources' type) (``details.field`` = ``destination``).
     """
     if not store.queue_exists(source):
         raise _missing(source)
     if destination is not None:
         if destination == source:
             raise InvalidRequest("destination must differ from the dead-letter queue", field="destination")
+        if is_fifo_queue(destination) != is_fifo_queue(source):
+            kind = "a FIFO queue" if is_fifo_queue(source) else "a standard queue"
+            raise InvalidRequest(
+                f"the destination of a redrive out of {kind} must be {kind} too (SQS: same type of queue)",
+                field="destination",
+            )
         if not store.queue_exists(destination):
             raise _missing(destination, "destination queue")
 

@@ -280,6 +280,8 @@ def test_receipt_handles_visibility_and_redelivery(sqs: Any, queue: str) -> None
     assert second["Attributes"]["ApproximateReceiveCount"] == "2"
     # The outdated handle: DeleteMessage succeeds without deleting; ChangeMessageVisibility: MessageNotInflight.
     sqs.delete_message(QueueUrl=queue, ReceiptHandle=first["ReceiptHandle"])
+    answer = sqs.delete_message_batch(QueueUrl=queue, Entries=[{"Id": "old", "ReceiptHandle": first["ReceiptHandle"]}])
+    assert [e["Id"] for e in answer["Successful"]] == ["old"] and answer["Failed"] == []  # the same in a batch
     with pytest.raises(sqs.exceptions.MessageNotInflight):
         sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=5)
     attrs = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])

@@ -89,7 +89,7 @@ def test_create_fifo_queue_and_its_attributes(sqs: Any) -> None:
         sqs.create_queue(QueueName=name, Attributes={**FIFO, "ContentBasedDeduplication": "false"})
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attrs["FifoQueue"] == "true" and attrs["ContentBasedDeduplication"] == "true"
-    assert attrs["DeduplicationScope"] == "queue" and attrs["FifoThroughputLimit"] == "perQueue"
+    assert attrs["DeduplicationScope"] == "messageQueue" and attrs["FifoThroughputLimit"] == "perQueue"
     assert attrs["QueueArn"].endswith(f":{name}")
     assert sqs.get_queue_url(QueueName=name)["QueueUrl"] == url
     assert url in sqs.list_queues(QueueNamePrefix=name[:-3])["QueueUrls"]  # a prefix may end inside ".fifo"
@@ -100,9 +100,8 @@ def test_create_fifo_queue_and_its_attributes(sqs: Any) -> None:
     with pytest.raises(ClientError) as info:  # set only at creation
         sqs.set_queue_attributes(QueueUrl=url, Attributes={"FifoQueue": "false"})
     assert error_code(info.value) == "InvalidAttributeName"
-    with pytest.raises(ClientError) as info:  # mq's FIFO queues have no delay
-        sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "5"})
-    assert error_code(info.value) == "InvalidAttributeValue"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "5"})  # a queue delay, as SQS
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["DelaySeconds"])["Attributes"]["DelaySeconds"] == "5"
 
     for bad_name, attributes in (
         (f"plain-{uuid.uuid4().hex[:8]}", FIFO),  # FifoQueue=true needs a .fifo name
@@ -205,6 +204,85 @@ def test_a_delete_that_frees_a_group_wakes_a_long_poll(sqs: Any) -> None:
     poll.join()
     assert [m["Body"] for m in got[0]] == ["second"]
     assert time.monotonic() - started < 15, "the long poll waited for its whole WaitTimeSeconds"
+
+
+def test_a_delete_through_another_process_wakes_a_long_poll_blocked_by_its_group(stack: Any, sqs: Any) -> None:
+    url = new_fifo(sqs, ContentBasedDeduplication="true")
+    for body in ("first", "second"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="g")
+    first = receive(sqs, url)
+    got: list[list[dict[str, Any]]] = []
+    poll = threading.Thread(target=lambda: got.append(receive(client(sqs.meta.endpoint_url), url, wait=20)))
+    started = time.monotonic()
+    poll.start()
+    time.sleep(0.5)  # the poll is waiting: "second" is blocked behind "first"
+    with LocalClient(stack.root) as local:  # this process, not mq: mq sees only delay/ change
+        local.delete(url.rsplit("/", 1)[1], first[0]["ReceiptHandle"])
+    poll.join()
+    assert [m["Body"] for m in got[0]] == ["second"]
+    assert time.monotonic() - started < 15, "the long poll waited for its whole WaitTimeSeconds"
+
+
+def test_queue_delay_of_a_fifo_queue_holds_each_message_and_a_change_holds_for_sent_ones(sqs: Any) -> None:
+    url = new_fifo(sqs, ContentBasedDeduplication="true", DelaySeconds="2")
+    started = time.monotonic()
+    for body, group in (("a1", "a"), ("b1", "b")):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group)
+    assert receive(sqs, url, 10) == []  # neither is 2 s old
+    got: list[dict[str, Any]] = []
+    while len(got) < 2 and time.monotonic() - started < 15:
+        got += receive(sqs, url, 10, wait=10)  # a waiting poll is woken when the delay ends
+    assert [m["Body"] for m in got] == ["a1", "b1"]
+    assert 1.9 <= time.monotonic() - started < 10
+    for message in got:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    # SQS: a FIFO queue's delay is retroactive. A message sent under 600 s goes as soon as it is 0.
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "600"})
+    sqs.send_message(QueueUrl=url, MessageBody="a2", MessageGroupId="a")
+    assert receive(sqs, url, 10, wait=1) == []
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "0"})
+    assert [m["Body"] for m in receive(sqs, url, 10)] == ["a2"]
+    with pytest.raises(ClientError) as info:  # a message's own delay stays refused (SQS)
+        sqs.send_message(QueueUrl=url, MessageBody="x", MessageGroupId="a", DelaySeconds=5)
+    assert error_code(info.value) == "InvalidParameterValue"
+
+
+def test_high_throughput_settings_and_deduplication_per_message_group(stack: Any, sqs: Any) -> None:
+    high = {"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"}
+    url = new_fifo(sqs, **high)
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert {k: attrs[k] for k in high} == high
+    with urllib.request.urlopen(f"{stack.url}/{url.rsplit('/', 1)[1]}/attributes", timeout=10) as reply:
+        native = json.load(reply)["attributes"]
+    assert (native["deduplication_scope"], native["fifo_throughput_limit"]) == ("message_group", "per_message_group_id")
+
+    def send(body: str, group: str, dedup: str) -> str:
+        reply = sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId=group, MessageDeduplicationId=dedup)
+        return str(reply["MessageId"])
+
+    a, b = send("x", "a", "d1"), send("y", "b", "d1")  # one deduplication id, two groups: two messages
+    assert a != b and send("x again", "a", "d1") == a  # within group a: a duplicate
+    assert [m["Body"] for m in receive(sqs, url, 10)] == ["x", "y"]
+
+    # perMessageGroupId needs the messageGroup scope (SQS): refused alone, accepted with perQueue.
+    with pytest.raises(ClientError) as info:
+        sqs.set_queue_attributes(QueueUrl=url, Attributes={"DeduplicationScope": "messageQueue"})
+    assert error_code(info.value) == "InvalidAttributeValue"
+    sqs.set_queue_attributes(
+        QueueUrl=url, Attributes={"DeduplicationScope": "messageQueue", "FifoThroughputLimit": "perQueue"}
+    )
+    c = send("z", "c", "d2")
+    assert send("z", "d", "d2") == c  # back to one scope for the queue
+    for bad in ({"DeduplicationScope": "queue"}, {"FifoThroughputLimit": "perGroup"}):
+        with pytest.raises(ClientError) as info:
+            sqs.set_queue_attributes(QueueUrl=url, Attributes=bad)
+        assert error_code(info.value) == "InvalidAttributeValue", bad
+    with pytest.raises(ClientError) as info:
+        new_fifo(sqs, FifoThroughputLimit="perMessageGroupId")
+    assert error_code(info.value) == "InvalidAttributeValue"
+    with pytest.raises(ClientError) as info:  # FIFO queues only
+        sqs.create_queue(QueueName=f"std-{uuid.uuid4().hex[:8]}", Attributes={"DeduplicationScope": "messageGroup"})
+    assert error_code(info.value) == "InvalidAttributeValue"
 
 
 def test_many_groups_in_one_receive_each_in_order(sqs: Any) -> None:
@@ -532,6 +610,14 @@ def test_dead_letter_queue_of_a_fifo_queue_is_fifo_and_a_redrive_keeps_the_group
     ]
     sqs.change_message_visibility(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"], VisibilityTimeout=0)
 
+    # A move task goes between queues of one type (SQS): FIFO to standard and back are refused.
+    standard_dlq = sqs.create_queue(QueueName=f"std-{uuid.uuid4().hex[:12]}")["QueueUrl"]
+    standard_dlq_arn = sqs.get_queue_attributes(QueueUrl=standard_dlq, AttributeNames=["QueueArn"])["Attributes"]
+    for source_arn, destination_arn in ((dlq_arn, standard_arn), (standard_dlq_arn["QueueArn"], dlq_arn)):
+        with pytest.raises(ClientError) as info:
+            sqs.start_message_move_task(SourceArn=source_arn, DestinationArn=destination_arn)
+        assert error_code(info.value) == "InvalidParameterValue"
+    assert sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"] == []  # nothing started
     sqs.start_message_move_task(SourceArn=dlq_arn)  # SQS redrives FIFO dead-letter queues too (since 2023)
     back = receive_until(sqs, source)
     assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in back] == [("poison", "g")]

@@ -66,3 +66,23 @@ def test_a_bad_credentials_file_stops_mq_at_start(daemons: Any, tmp_path: Path) 
     mq = daemons.spawn("mq", "--root", tmp_path / "root", "--port", "0", "--sqs-credentials", bad)
     assert mq.proc.wait(timeout=30) == 78
     assert "sqs-credentials" in mq.log
+
+
+def test_sqs_credentials_next_to_an_auth_file_are_ignored_with_a_warning(daemons: Any, tmp_path: Path) -> None:
+    credentials = tmp_path / "credentials.json"
+    credentials.write_text(json.dumps({"AKIDMQTEST": "right-secret"}))
+    auth = tmp_path / "auth.toml"
+    auth.write_text(
+        '[[access_keys]]\nname = "admin"\naccess_key = "AKIDADMIN"\nsecret_key = "admin-secret-0123456789"\n'
+        'queues = ["*"]\nactions = ["send", "receive", "admin"]\n'
+    )
+    auth.chmod(0o600)
+    mq = daemons.start(
+        "mq", "--root", tmp_path / "root", "--port", "0", "--auth-file", auth, "--sqs-credentials", credentials
+    )
+    assert f"--sqs-credentials {credentials} is ignored" in mq.log
+    # What the warning says: the auth file's key is served, the credentials file's is unknown.
+    client(mq, "AKIDADMIN", "admin-secret-0123456789").list_queues()
+    with pytest.raises(ClientError) as info:
+        client(mq, "AKIDMQTEST", "right-secret").list_queues()
+    assert info.value.response["Error"]["Code"] == "InvalidClientTokenId"

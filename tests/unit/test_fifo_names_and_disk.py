@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from daemons import reaper
 from mqcore.attributes import QueueAttributes
-from mqcore.errors import InvalidQueueName, StorageUnavailable
+from mqcore.errors import InvalidQueueName, InvalidRequest, StorageUnavailable
 from mqcore.names import (
     QueueName,
     check_queue_name,
@@ -33,6 +33,7 @@ from mqcore.names import (
     parse_receipt_handle,
     removed_entry_queue,
     removed_name,
+    sent_ms_of,
 )
 from mqcore.protocol import SendEntry, Store
 from mqcore.protocol import fifo as disk
@@ -215,3 +216,37 @@ def test_a_receive_that_raced_another_for_a_group_gives_its_lease_back(store: St
     fifo._yield_raced(store, Q, {"g": [ours]}, outcome)
     assert outcome.messages == []  # given back: visible again at once
     assert [n.split(".")[0] for n in store.scan_ready(Q)] == [ours.message_id]
+
+
+def test_deduplication_per_message_group_names_its_records_by_group_and_id(store: Store) -> None:
+    store.set_attributes(Q, {"deduplication_scope": "message_group"})
+    entries = [SendEntry(b"a", group_id="A", dedup_id="d"), SendEntry(b"b", group_id="B", dedup_id="d")]
+    entries += [SendEntry(b"a again", group_id="A", dedup_id="d")]
+    a, b, again = fifo.send_entries(store, Q, entries)
+    assert a != b and again == a
+    names = {f for f in os.listdir(store.layout.queue_dir(Q)) if f.startswith(disk.DEDUP_PREFIX)}
+    assert names == {disk.DEDUP_PREFIX + disk.dedup_hash(f"{g}\nd") for g in "AB"}  # docs/protocol.md 19.2
+    store.set_attributes(Q, {"deduplication_scope": None})  # back to the queue: fresh records
+    c, d = fifo.send_entries(
+        store, Q, [SendEntry(b"c", group_id="C", dedup_id="d"), SendEntry(b"d", group_id="D", dedup_id="d")]
+    )
+    assert c == d and c not in (a, b)
+
+
+def test_a_queue_delay_holds_every_message_at_receive_and_a_change_holds_for_sent_ones(store: Store) -> None:
+    store.set_attributes(Q, {"delay_seconds": 10})
+    queue_delay = SendEntry(b"m1", group_id="A", dedup_id="1", delay_ms=10_000)  # the queue's default, filled in
+    own_delay = SendEntry(b"m2", group_id="B", dedup_id="2", delay_ms=5_000)
+    sent, refused = fifo.send_entries(store, Q, [queue_delay, own_delay])
+    assert isinstance(refused, InvalidRequest) and not isinstance(sent, InvalidRequest)
+    assert store.scan_ready(Q)  # stored ready: the delay is the receive's rule
+    now = sent_ms_of(sent)
+    policy = lease_policy(QueueAttributes.from_json({"delay_seconds": 10}), None)
+    early = lease_names(store.at(now + 9_999), Q, sorted(store.scan_ready(Q)), 30_000, policy)
+    assert early.messages == [] and early.next_due_ms == now + 10_000 and len(early.held) == 1
+    due = lease_names(store.at(now + 10_000), Q, sorted(store.scan_ready(Q)), 30_000, policy)
+    assert [m.body for m in due.messages] == [b"m1"] and due.next_due_ms is None
+    fifo.send_entries(store, Q, [SendEntry(b"m3", group_id="C", dedup_id="3")])
+    shorter = lease_policy(QueueAttributes.from_json({"delay_seconds": 0}), None)  # retroactive (SQS)
+    got = lease_names(store, Q, sorted(store.scan_ready(Q)), 30_000, shorter)
+    assert [m.body for m in got.messages] == [b"m3"]
