@@ -15,7 +15,7 @@ run through one mount. Prints one JSON object on stdout; progress goes to stderr
 
 Usage (as root, from the repository root)::
 
-    .venv/bin/python -m bench.cluster --duration 5 --threads 4
+    .venv/bin/python -m bench.cluster --duration 5 --threads 4   # or: .venv/bin/python bench/cluster.py ...
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+if __package__ in (None, ""):  # run as a script (python bench/cluster.py), as the other benches allow
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.disk_loop import disk_loop
 

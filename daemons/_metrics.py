@@ -207,6 +207,13 @@ class StorageMetrics:
             ["step"],
             registry=registry,
         )
+        self.races = Counter(
+            "mq_storage_races_lost",
+            "File steps that lost a race to another process or host and were recovered from (docs/protocol.md"
+            " 13.2, 13.3): create/EEXIST retried under a new name; open or rename/ENOENT or ESTALE: taken by another.",
+            ["step", "errno"],
+            registry=registry,
+        )
         self._file = self.fsync.labels("file")
         self._directory = self.fsync.labels("directory")
 
@@ -222,10 +229,15 @@ class StorageMetrics:
         """STORAGE_HOOKS.on_error (any thread)."""
         self.errors.labels(step).inc()
 
+    def on_race(self, step: str, errno_name: str) -> None:
+        """STORAGE_HOOKS.on_race (any thread)."""
+        self.races.labels(step, errno_name).inc()
+
     def install(self) -> None:
         """Make this process's storage report to these metrics."""
         STORAGE_HOOKS.on_fsync = self.on_fsync
         STORAGE_HOOKS.on_error = self.on_error
+        STORAGE_HOOKS.on_race = self.on_race
 
 
 class DiskCollector(Collector):

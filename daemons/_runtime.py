@@ -25,6 +25,7 @@ from typing import Any
 import click
 import uvloop
 
+from daemons import stop_early_on_signals
 from mqcore.errors import ConfigError
 
 logger = logging.getLogger("mq.runtime")
@@ -211,12 +212,17 @@ def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
 def run(main: Callable[[], Awaitable[int]]) -> int:
     """Run ``main()`` on uvloop and return its exit code.
 
+    Until ``main()`` installs its orderly stop (:func:`install_stop_signals`), SIGTERM and
+    SIGINT exit 0 at once (:func:`daemons.stop_early_on_signals`, put in place first thing here
+    and, for a daemon's own process, already when the ``daemons`` package was imported): a daemon
+    stopped while it starts exits 0, not "killed by signal 15".
     Once ``main()`` has returned, SIGTERM and SIGINT are ignored for the rest of the process's
     life. Closing the loop would otherwise put their default actions back while the interpreter
     is still shutting down, and a late SIGTERM (mq-stack stopping a child that already got the
     terminal's SIGINT, or systemd's stop racing an exit) would turn a clean exit 0 into "killed
     by signal 15".
     """
+    stop_early_on_signals()
 
     async def guarded() -> int:
         try:

@@ -115,20 +115,23 @@ class Daemon:
         self._reader.start()
         return self
 
-    def wait_ready(self) -> Daemon:
+    def wait_ready(self, timeout: float | None = None) -> Daemon:
         """Wait for the readiness line of the process started by :meth:`spawn`.
 
+        Args:
+            timeout: Seconds to wait at most (default ``READY_TIMEOUT_SECONDS``).
         Raises:
-            DaemonError: It exited or stayed silent for ``READY_TIMEOUT_SECONDS``.
+            DaemonError: It exited or stayed silent for ``timeout`` seconds.
         """
         assert self.proc is not None and self._reader is not None
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        timeout = READY_TIMEOUT_SECONDS if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         while not self._ready.wait(0.01):
             if self.proc.poll() is not None:
                 self._reader.join(5)
                 raise DaemonError(f"{self.name} exited with {self.proc.returncode} before ready\n{self.log}")
             if time.monotonic() > deadline:
-                raise DaemonError(f"{self.name} not ready after {READY_TIMEOUT_SECONDS} s\n{self.log}")
+                raise DaemonError(f"{self.name} not ready after {timeout} s\n{self.log}")
         return self
 
     async def astart(self) -> Daemon:
@@ -432,8 +435,10 @@ class Daemons:
         mover: bool = True,
         reaper: bool = True,
         env: dict[str, str] | None = None,
+        ready_timeout: float | None = None,
     ) -> Stack:
-        """Start mq (+ mq-mover + mq-reaper) on ``root`` in parallel; wait until all are ready."""
+        """Start mq (+ mq-mover + mq-reaper) on ``root`` in parallel; wait until all are ready (each at most
+        ``ready_timeout`` seconds, default ``READY_TIMEOUT_SECONDS``)."""
         root.mkdir(parents=True, exist_ok=True)
         args = ["--root", str(root), "--port", "0", "--visibility-timeout", str(visibility_timeout)]
         if peers is not None:
@@ -445,7 +450,7 @@ class Daemons:
         rea = self.spawn("mq-reaper", "--root", root, *reaper_args, env=env) if reaper else None
         for daemon in (front, mov, rea):
             if daemon is not None:
-                daemon.wait_ready()
+                daemon.wait_ready(ready_timeout)
         return Stack(root=root, mq=front, mover=mov, reaper=rea)
 
 

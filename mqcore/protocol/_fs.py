@@ -42,14 +42,24 @@ class StorageHooks:
         on_fsync: ``(kind, seconds, batch)`` after each fsync: kind ``"file"`` (a message file;
             batch 1) or ``"directory"`` (a group-commit round; batch = callers it covered).
         on_error: ``(step)`` for each storage error raised (e.g. ``"fsync"``, ``"rename"``).
+        on_race: ``(step, errno name)`` for each file step that lost a race to another process or host
+            and was recovered from (docs/protocol.md 13.2, 13.3): ``("create", "EEXIST")`` retried
+            under a new name, ``("open" | "rename", "ENOENT" | "ESTALE")`` a message taken by someone else.
     """
 
     on_fsync: Callable[[str, float, int], None] | None = None
     on_error: Callable[[str], None] | None = None
+    on_race: Callable[[str, str], None] | None = None
 
 
 #: The process's storage hooks (set by ``daemons._metrics``).
 STORAGE_HOOKS = StorageHooks()
+
+
+def lost_race(step: str, exc: OSError) -> None:
+    """Tell :data:`STORAGE_HOOKS` that ``step`` lost a race (``exc``: EEXIST, ENOENT, ESTALE) and recovered."""
+    if STORAGE_HOOKS.on_race is not None:
+        STORAGE_HOOKS.on_race(step, errno.errorcode.get(exc.errno or 0, str(exc.errno)))
 
 
 def storage_error(step: str, exc: OSError) -> StorageUnavailable:
@@ -260,8 +270,9 @@ class Disk:
         """
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
+        except FileExistsError as exc:
             if exists_ok_to_retry:
+                lost_race("create", exc)
                 raise
             raise storage_error("create", FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))) from None
         except OSError as exc:

@@ -19,7 +19,7 @@ from mqcore.names import (
     ready_name,
     removed_name,
 )
-from mqcore.protocol._fs import read_all, storage_error
+from mqcore.protocol._fs import lost_race, read_all, storage_error
 from mqcore.protocol.policy import LeasePolicy
 from mqcore.protocol.queues import Queues
 
@@ -103,12 +103,11 @@ class Leases(Queues):
                 return None
         try:
             fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
         except OSError as exc:
-            if exc.errno == errno.ESTALE:  # moved or replaced by another host meanwhile: taken (section 13.3)
-                return None
-            raise storage_error("open for receive", exc) from exc
+            if exc.errno not in (errno.ENOENT, errno.ESTALE):
+                raise storage_error("open for receive", exc) from exc
+            lost_race("open", exc)  # moved by someone else (ESTALE: by another host, section 13.3): taken
+            return None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -118,13 +117,13 @@ class Leases(Queues):
             leased = in_flight_name(deadline, queue, message_id, count + 1, new_lease_token())
             try:
                 os.rename(src, self.layout.delay_path(leased))
-            except FileNotFoundError:
-                return None
             except OSError as exc:
-                if exc.errno != errno.ESTALE:
+                if exc.errno not in (errno.ENOENT, errno.ESTALE):
                     raise
-                # Another host moved the file between the open and the rename (section 13.3). Had our rename
-                # happened after all, the lease name is ours alone and the mover redelivers it at its deadline.
+                # Someone else moved the file between the open and the rename (ESTALE: another host, section
+                # 13.3). Had our rename happened after all, the lease name is ours alone and the mover
+                # redelivers it at its deadline.
+                lost_race("rename", exc)
                 return None
             if count == 0:
                 first_receive_ms = now

@@ -94,11 +94,13 @@ def consume(
     *,
     visibility_timeout: int,
     delete: bool = True,
+    drain: bool = True,
 ) -> None:
     """Receive from ``queues`` in turn (one message per request) and delete each at once, until ``stop``
-    is set and a full round found every queue empty (with ``delete=False``: until ``stop`` is set)."""
+    is set and a full round found every queue empty (with ``delete=False`` or ``drain=False``: until ``stop``
+    is set; every message received by then was deleted)."""
     with connect(target, **_options(target)) as client:
-        while not (stop.is_set() and not delete):  # without deletes, messages keep coming back: stop at once
+        while not (stop.is_set() and not (delete and drain)):  # without deletes, messages keep coming back
             got_any = False
             for queue in queues:
                 began = time.time()
@@ -139,10 +141,11 @@ def start_load(
     count: int,
     consumers: list[tuple[str, str]],
     visibility_timeout: float,
+    drain: bool = True,
 ) -> tuple[list[threading.Thread], list[threading.Thread], threading.Event]:
     """Start one producer thread per ``(target, prefix)`` (``count`` single sends each) and one consumer
     thread per ``(target, name)`` on ``queue``; return them and the consumers' stop event (for
-    :func:`finish_load`)."""
+    :func:`finish_load`; with ``drain=False`` the consumers end as soon as it is set)."""
     stop = threading.Event()
     sending = [
         threading.Thread(daemon=True, target=produce, args=(target, queue, prefix, count, ledger))
@@ -153,7 +156,7 @@ def start_load(
             daemon=True,
             target=consume,
             args=(target, [queue], name, ledger, stop),
-            kwargs={"visibility_timeout": visibility_timeout},
+            kwargs={"visibility_timeout": visibility_timeout, "drain": drain},
         )
         for target, name in consumers
     ]

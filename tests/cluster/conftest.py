@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import glob
 import os
 import re
 import shutil
@@ -36,8 +37,19 @@ GLUSTER_SH = REPO / "scripts" / "gluster.sh"
 HOSTS = 3
 #: The volume's name.
 VOLUME = "mqvol"
+#: Its bricks (replica 3: scripts/gluster.sh).
+BRICKS = 3
 #: Where the GlusterFS binaries live on Debian (root's PATH has it; a user's may not).
 SBIN = ("/usr/sbin", "/sbin", "/usr/bin")
+#: Where ``glfsheal`` (what ``gluster volume heal VOL info`` runs) lives: RPM's path, else Debian's multiarch one.
+GLFSHEAL = ("/usr/libexec/glusterfs/glfsheal",)
+GLFSHEAL_GLOB = "/usr/lib/*/glusterfs/glfsheal"
+
+
+def _glob_one(pattern: str) -> str:
+    found = glob.glob(pattern)
+    assert found, f"nothing matches {pattern}"
+    return found[0]
 
 
 def cluster_unavailable(reason: str) -> None:
@@ -156,6 +168,49 @@ class Gluster:
             assert time.monotonic() < deadline, f"bricks not back after 60 s:\n{status}"
             time.sleep(1)
 
+    def heal_info(self) -> str:
+        """What ``gluster volume heal VOL info`` says: per brick, its status and how many entries await healing.
+
+        The CLI runs ``glfsheal``, which asks glusterd's default socket (/var/run/glusterd.socket) for the
+        volume and so fails with "Not able to fetch volfile" for this state directory's glusterd: it is run
+        here directly, given that glusterd's socket. (It logs to /var/log/glusterfs/glfsheal-VOL.log.)
+        """
+        glfsheal = next((p for p in GLFSHEAL if os.access(p, os.X_OK)), None) or _glob_one(GLFSHEAL_GLOB)
+        out = subprocess.run(
+            [glfsheal, VOLUME, "glusterd-sock", f"{self.state}/run/glusterd.socket"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return out.stdout + out.stderr
+
+    def wait_healed(self, timeout: float = 120) -> str:
+        """Start an index self-heal and wait until ``gluster volume heal VOL info`` lists 0 entries on every brick.
+
+        Returns:
+            The last ``heal info`` output.
+        Raises:
+            AssertionError: Entries still listed (or a brick not connected) after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        started = False
+        while True:
+            if not started:  # refused until the self-heal daemon is back with the brick; it heals on its own then
+                try:
+                    self.cli("volume", "heal", VOLUME)
+                    started = True
+                except subprocess.CalledProcessError:
+                    pass
+            info = self.heal_info()
+            if re.findall(r"^Number of entries: (\S+)$", info, re.MULTILINE) == ["0"] * BRICKS:
+                return info
+            assert time.monotonic() < deadline, f"self-heal not done after {timeout} s:\n{info}"
+            time.sleep(0.5)
+
+    def brick_path(self, brick: int, *parts: str) -> Path:
+        """Path of ``parts`` (a path on the volume) inside brick number ``brick`` (1-3): the brick's own copy."""
+        return self.state.joinpath("bricks", f"b{brick}", *parts)
+
 
 @pytest.fixture(scope="session")
 def gluster() -> Iterator[Gluster]:
@@ -199,6 +254,9 @@ class Host:
 CLUSTER_MQ_ARGS = ("--rescan-interval", "30")
 CLUSTER_MOVER_ARGS = ("--rescan-interval", "1")
 CLUSTER_REAPER_ARGS = ("--rescan-interval", "1")
+#: Seconds each daemon of a host may take to be ready. Nine daemons start at once next to the bricks and FUSE
+#: clients; on the shared 2-core machine at load average 19, nine concurrent imports of mq alone took 35 s.
+CLUSTER_READY_TIMEOUT = 90.0
 
 
 def start_hosts(
@@ -238,6 +296,7 @@ def start_hosts(
             mover_args=list(CLUSTER_MOVER_ARGS),
             reaper_args=list(CLUSTER_REAPER_ARGS),
             env=host_env or None,
+            ready_timeout=CLUSTER_READY_TIMEOUT,
             **options,
         )
         return Host(index=i, address=address, root=root, stack=stack)

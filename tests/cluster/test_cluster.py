@@ -5,7 +5,8 @@ host, HTTP on some and brokerless on another, lose no acknowledged message and n
 message to two consumers inside its visibility timeout; a receipt handle from one host works on
 another; a message sent through one host is delivered through another within a bounded delay
 although inotify sees only its own mount. Issue 18's race: two hosts racing for the head of one
-queue (``--peers 0``) under load never both get the same message.
+queue (``--peers 0``) under load never both get the same message, and their collisions show in
+``mq_storage_races_lost_total`` (docs/protocol.md 13.3) with no request answered 500.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import httpx
 import pytest
 from cluster_load import Ledger, check, consume, finish_load, produce
 from conftest import Gluster, Host, start_hosts
+from prometheus_client.parser import text_string_to_metric_families
 
 from mqcore.client import connect
 from tests.conftest import Daemons
@@ -170,6 +172,13 @@ def test_two_hosts_racing_for_the_head_of_one_queue_never_share_a_message(hosts)
         t.join(60)
     counts = check(ledger, visibility, all_delivered=False)
     assert counts["deliveries"] >= RACE_RECEIVES, counts
+    # The collisions were real, and handled as docs/protocol.md 13.3 says: a receive that found its message moved by
+    # the other host (ENOENT, or ESTALE) took the next one; no request answered 500.
+    metrics = [_metrics(hosts[i].stack.url) for i in range(2)]
+    lost = sum(value for m in metrics for name, _, value in m if name == "mq_storage_races_lost_total")
+    assert lost > 0, "the hosts never collided"
+    statuses = {labels["status"] for m in metrics for _, labels, _ in m if "status" in labels}
+    assert "500" not in statuses, statuses
     per_host = {f"c{i}": sum(d.consumer.startswith(f"c{i}.") for d in ledger.deliveries) for i in range(2)}
     assert min(per_host.values()) > RACE_RECEIVES // 10, f"both hosts raced for the head: {per_host}"
     # Nothing lost: every message is still in the queue, ready or in flight (peek lists both).
@@ -181,3 +190,9 @@ def test_two_hosts_racing_for_the_head_of_one_queue_never_share_a_message(hosts)
                 break
             time.sleep(0.5)
     assert on_disk == set(ledger.sent), f"missing {len(set(ledger.sent) - on_disk)}"
+
+
+def _metrics(url: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of ``GET /metrics``: ``(name, labels, value)``."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]

@@ -3,7 +3,9 @@
 Each test runs load through the hosts of one shared root (three full stacks on the session's
 GlusterFS volume), makes the fault, and then checks as a user would: every acknowledged message is
 delivered intact (lost = 0), none is handed to two consumers inside its visibility timeout, and the
-HTTP answers during the fault are 503 with ``Retry-After`` (the client retries), never 500.
+HTTP answers during the fault are 503 with ``Retry-After`` (the client retries), never 500. After a
+killed brick is started again, the test waits for self-heal (``gluster volume heal VOL info``: 0 entries
+on every brick) and reads the bricks' own copies: the healed brick holds exactly the others' messages.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from cluster_load import Ledger, check, consume, finish_load, produce, start_load
+from cluster_load import Ledger, check, consume, produce, start_load
 from conftest import Gluster, Host, start_hosts
 
+from mqcore import model
 from mqcore.client import connect
 from tests.conftest import Daemons
 
@@ -100,7 +103,7 @@ def test_a_host_killed_whole_under_load_loses_nothing_and_its_leases_come_back_t
         client.delete(queue, got.receipt_handle)
 
 
-def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_nothing(hosts, gluster):
+def test_a_brick_killed_under_load_then_restarted_and_healed_loses_nothing_and_corrupts_nothing(hosts, gluster):
     queue = "brickkill"
     with connect(hosts[0].stack.url) as client:
         client.create_queue(queue)
@@ -112,6 +115,7 @@ def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_not
         count=60,
         consumers=[(h.stack.url, f"c{h.index}") for h in hosts[:2]],
         visibility_timeout=30,
+        drain=False,
     )
     while len(ledger.sent) < 40:
         time.sleep(0.05)
@@ -122,9 +126,50 @@ def test_a_brick_killed_under_load_then_restarted_loses_nothing_and_corrupts_not
         time.sleep(0.05)
     assert len(ledger.sent) >= sent_at_kill + 20, f"sends stopped with one brick of three down: {ledger.errors[-5:]}"
     gluster.start_force()
-    finish_load(ledger, producers, consumers, stop, wait_seconds=90)
+    for t in producers:
+        t.join(120)
+    stop.set()  # the consumers stop at once: what is left stays in the queue for the brick check
+    for t in consumers:
+        t.join(60)
+    gluster.wait_healed()
+    _assert_bricks_agree(gluster, ledger, queue)
+    drain(hosts[0].stack.url, queue, ledger, set(ledger.sent))
     counts = check(ledger, 30)
     assert counts["acknowledged"] == 180, (counts, ledger.errors[:5])
+
+
+def _brick_copies(gluster: Gluster, brick: int, queue: str) -> dict[str, bytes]:
+    """The message files of ``queue`` (ready and in flight) on brick ``brick`` itself: relative path -> bytes."""
+    copies = {}
+    for where, keep in (
+        (("faults", "queues", queue), lambda name: not name.startswith(".")),
+        (("faults", "delay"), lambda name: f".{queue}." in name),
+    ):
+        directory = gluster.brick_path(brick, *where)
+        for name in filter(keep, os.listdir(directory)):
+            try:
+                copies[os.path.join(*where, name)] = (directory / name).read_bytes()
+            except FileNotFoundError:  # moved meanwhile (the next look sees it)
+                pass
+    return copies
+
+
+def _assert_bricks_agree(gluster: Gluster, ledger: Ledger, queue: str) -> None:
+    """After self-heal, the killed brick (2) holds exactly what bricks 1 and 3 hold, and each copy is intact."""
+    deadline = time.monotonic() + 30
+    while True:  # the hosts' movers and reapers still run: look again until one look finds the bricks still
+        copies = [_brick_copies(gluster, b, queue) for b in (1, 2, 3)]
+        if copies[0] == copies[1] == copies[2]:
+            break
+        assert time.monotonic() < deadline, {
+            f"b{b}": sorted(set(c) ^ set(copies[0])) or "same names, other bytes"
+            for b, c in ((2, copies[1]), (3, copies[2]))
+        }
+        time.sleep(0.5)
+    assert copies[1], "messages were left in the queue for the check"
+    sent_bodies = set(ledger.sent.values()) | set(ledger.unacknowledged)
+    for path, data in copies[1].items():
+        assert model.decode(data)[1] in sent_bodies, f"{path} on the healed brick is not a message that was sent"
 
 
 def _status_and_retry_after(url: str, method: str, path: str, **kwargs) -> tuple[int, str | None]:

@@ -180,3 +180,28 @@ def test_a_second_stop_signal_during_shutdown_still_exits_0(tmp_path: Path, modu
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """True once process ``pid`` has a handler of its own for ``sig`` (``SigCgt`` of /proc/PID/status)."""
+    with open(f"/proc/{pid}/status") as fh:
+        mask = next(int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:"))
+    return bool(mask >> (sig - 1) & 1)
+
+
+@pytest.mark.parametrize("name", ["mq", "mq-mover", "mq-reaper"])
+def test_a_stop_signal_while_the_daemon_starts_exits_0(name: str, daemons: Daemons, tmp_path: Path) -> None:
+    """systemd (or a test fixture) may stop a daemon that is still starting: it exits 0, not "killed by signal 15".
+
+    The SIGTERM is sent as soon as the process has a handler for it (the first of our code, the ``daemons``
+    package, is being imported: the interpreter's own start-up before that cannot be covered), which is long
+    before the daemon's modules are imported and it is ready.
+    """
+    args = ["--root", tmp_path / "root"] + (["--port", "0"] if name == "mq" else [])
+    daemon = daemons.spawn(name, *args)
+    deadline = time.monotonic() + BOUND_SECONDS
+    while not _catches(daemon.pid, signal.SIGTERM):
+        assert daemon.running and time.monotonic() < deadline, daemon.log
+        time.sleep(0.001)
+    assert daemon.kill(signal.SIGTERM) == 0, daemon.log  # sends it, waits for the exit and the last log line
+    assert daemon.READY[name] not in daemon.log, "the daemon was ready before the signal: the test missed its start-up"
