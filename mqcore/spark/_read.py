@@ -13,15 +13,18 @@ long-lived Python process on the driver, and ``read`` on executors in fresh
 unpickled copies (docs/spark.md, "Delivery"). The offset of micro-batch ``seq``
 is ``{"seq": seq, "messages": {queue: [message ids]}}``:
 
-- ``latestOffset(start, limit)`` first acknowledges batch ``start`` (Spark calls
+- ``latestOffset(start, limit)`` leases the next batch on the driver: receives
+  with attempt ids ``<consumer>:<seq>:<k>`` until the limit or until the queue
+  has nothing ready. The leased messages stay in a driver-side dict by ``seq``
+  and the offset names them. Then it acknowledges batch ``start`` (Spark calls
   it only once that batch is durably committed in the checkpoint): it deletes
-  the batch's messages by id. Then it leases the next batch on the driver:
-  receives with attempt ids ``<consumer>:<seq>:<k>`` until the limit or until
-  the queue has nothing ready. The leased messages stay in a driver-side dict
-  by ``seq`` and the offset names them.
+  the batch's messages, in the background while Spark processes the new batch
+  (the next call waits for that acknowledgement and raises its failure); when
+  nothing new is ready it acknowledges at once and returns ``start``.
 - ``partitions(start, end)`` ships the batch's messages to the executors inside
   the input partitions; after a restart (nothing in the dict) it rebuilds them
-  from the offset's ids with ``peek_ids``.
+  from the offset's ids with ``peek_ids``, and acknowledges ``start`` (committed,
+  but perhaps not deleted by the process that died).
 - ``commit(end)`` acknowledges ``end`` too (deleting is idempotent).
 
 Nothing is opened in ``__init__`` (readers are created and pickled in several
@@ -194,12 +197,17 @@ class _Driver:
     nonce: str = field(default_factory=lambda: secrets.token_hex(4))
     #: Seqs whose plain attempt ids got an empty answer in this process: they use ``<id>:<nonce>``.
     fresh_ids: set[int] = field(default_factory=set)
-    #: Guards :attr:`fresh_ids` and :attr:`handles` (the lease and ack threads share them).
+    #: Guards :attr:`fresh_ids`, :attr:`handles`, :attr:`batches` and :attr:`acked` (the lease and ack
+    #: threads share them).
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: The next batch's lease, started in the background once this one is planned: (seq, future).
     prefetch: tuple[int, Future[list[MessageTuple]]] | None = None
     #: Runs the prefetch (its receives go through :attr:`pool`).
     prefetcher: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "mq-spark-prefetch"))
+    #: The acknowledgement running in the background while Spark processes the next batch: (seq, future).
+    pending_ack: tuple[int, Future[None]] | None = None
+    #: Runs :attr:`pending_ack` (its deletes go through :attr:`pool`).
+    acker: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "mq-spark-ack"))
 
 
 def _offset(seq: int, messages: Mapping[str, Sequence[str]]) -> dict[str, Any]:
@@ -245,14 +253,20 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logger.info("availableNow run bounded messages=%d queues=%s", total, ",".join(self._options.queues))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """Acknowledge batch ``start``, then lease the next one; ``start`` again when nothing is ready.
+        """Lease the next batch, then acknowledge batch ``start``; ``start`` again when nothing is ready.
+
+        The acknowledgement of ``start`` runs in the background while Spark processes the new
+        batch (the daemon deletes while the executors work); the next call waits for it first.
+        When nothing new is leased it runs at once, so an ``availableNow`` run ends with its
+        last batch deleted.
 
         Raises:
-            MQError: A delete failed other than with MessageNotFound, or a receive failed (after
-                the client's retries): the query fails and its restart tries again.
+            MQError: A delete failed other than with MessageNotFound (this call's, or the
+                previous call's background one), or a receive failed (after the client's
+                retries): the query fails and its restart tries again.
         """
         state = self._state()
-        self._ack(start)
+        self._finish_ack()
         seq = int(start["seq"]) + 1
         want = self._options.max_messages_per_batch
         if isinstance(limit, ReadMaxRows):
@@ -264,6 +278,7 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ahead = self._take_prefetch(seq)
         if want <= 0:
             self._release(ahead or [])
+            self._ack(start)
             return start
         if ahead is None:
             leased = self._lease(seq, want)
@@ -271,16 +286,19 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             leased = ahead[:want]
             self._release(ahead[want:])  # a smaller limit than the prefetch's (Spark's admission control)
         if not leased:
+            self._ack(start)
             return start
         if state.budget is not None:
             state.budget -= len(leased)
-        state.batches[seq] = leased
+        with state.lock:
+            state.batches[seq] = leased
         # prefetch=true: lease the next batch while Spark processes this one (the daemon would idle meanwhile).
         following = self._options.max_messages_per_batch
         if state.budget is not None:
             following = min(following, state.budget)
         if self._options.prefetch and following > 0:
             state.prefetch = (seq + 1, state.prefetcher.submit(self._lease, seq + 1, following))
+        self._ack_later(start)
         by_queue: dict[str, list[str]] = {}
         for item in leased:
             by_queue.setdefault(item[1], []).append(item[0])
@@ -292,10 +310,13 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if seq == int(start["seq"]):
             return []
         state = self._state()
-        items = state.batches.get(seq)
+        with state.lock:
+            items = state.batches.get(seq)
         if items is None:
             items = self._rebuild(end)
-            state.batches[seq] = items
+            with state.lock:
+                state.batches[seq] = items
+        self._ack_later(start)  # after a restart: the committed batch the dead process may not have deleted
         parts = min(self._options.num_partitions, len(items))
         if parts == 0:
             return []
@@ -304,11 +325,16 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Acknowledge batch ``end`` (Spark committed it; usually already done by ``latestOffset``)."""
-        self._ack(end)
+        self._ack_later(end)
 
     def stop(self) -> None:
-        """Close the driver's client (Spark may never call this; nothing depends on it)."""
+        """Finish a background acknowledgement, close the driver's client (Spark may never call this)."""
         if self._driver is not None:
+            try:
+                self._finish_ack()
+            except MQError as exc:
+                logger.warning("ack failed at stop, a restart deletes the batch again: %s", exc)
+            self._driver.acker.shutdown(wait=True)
             self._driver.prefetcher.shutdown(wait=True)
             self._driver.pool.shutdown(wait=False)
             self._driver.client.close()
@@ -351,6 +377,36 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logger.warning("release failed, the messages come back after their visibility timeout: %s", exc)
         logger.debug("released %d prefetched messages", len(items))
 
+    def _ack_later(self, offset: Mapping[str, Any]) -> None:
+        """Start acknowledging ``offset``'s batch in the background (after the one still running, if any).
+
+        Raises:
+            MQError: The previous background acknowledgement failed.
+        """
+        state = self._state()
+        seq = int(offset["seq"])
+        with state.lock:
+            if seq == 0 or seq in state.acked:
+                return
+        if state.pending_ack is not None:
+            if state.pending_ack[0] == seq:
+                return
+            self._finish_ack()
+        state.pending_ack = (seq, state.acker.submit(self._ack, offset))
+
+    def _finish_ack(self) -> None:
+        """Wait for the background acknowledgement, if any.
+
+        Raises:
+            MQError: It failed (a delete other than MessageNotFound, after the client's retries).
+        """
+        state = self._state()
+        if state.pending_ack is None:
+            return
+        _, future = state.pending_ack
+        state.pending_ack = None
+        future.result()
+
     def _ack(self, offset: Mapping[str, Any]) -> None:
         """Delete the messages of a committed batch; MessageNotFound counts as done.
 
@@ -362,9 +418,9 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = self._state()
         seq = int(offset["seq"])
         messages: Mapping[str, list[str]] = offset.get("messages") or {}
-        if seq == 0 or seq in state.acked:
-            return
         with state.lock:
+            if seq == 0 or seq in state.acked:
+                return
             known = dict(state.handles.get(seq, {}))
         jobs: list[tuple[str, list[str], list[str] | None]] = []
         for queue, ids in messages.items():
@@ -388,11 +444,11 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     logger.error("ack failed queue=%s seq=%d error=%s", queue, seq, result)
         if failures:
             raise failures[0]
-        state.acked.append(seq)
-        del state.acked[:-REMEMBERED_ACKS]
-        for old in [s for s in state.batches if s <= seq]:
-            del state.batches[old]
         with state.lock:
+            state.acked.append(seq)
+            del state.acked[:-REMEMBERED_ACKS]
+            for old in [s for s in state.batches if s <= seq]:
+                del state.batches[old]
             for old in [s for s in state.handles if s <= seq]:
                 del state.handles[old]
         logger.debug("acked seq=%d deleted=%d already_gone=%d", seq, deleted, missing)
