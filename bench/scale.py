@@ -6,7 +6,11 @@ Each is a method of :class:`Scale`, run by ``bench/run.py`` (``--steps``):
   messages, written with :mod:`bench.prefill` while the daemons are stopped;
   then mq is started and the time from its spawn to its readiness line and to
   its first served receive is measured, with mq's resident memory before and
-  after that receive (the ready index), then mq-mover's and mq-reaper's start.
+  after that receive (the ready index) and where the time went (its threads'
+  time on a CPU and in the run queue); then mq-mover's and mq-reaper's start
+  (readiness line, and the end of their start-up work: CPU quiet for 1 s);
+  then the three started at once, as systemd does. ``--startup-keep DIR``
+  keeps the filled queue between runs (alternating A/B runs fill it once).
 - ``queues``: ``GET /`` and a receive on a random queue with 10 queues of 10
   messages, then with ``--scale-queues`` (default 10,000), and mq's memory per
   queue.
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import time
 import urllib.parse
 from pathlib import Path
@@ -109,6 +114,75 @@ class Scale:
         self.bench.api.port = int(urllib.parse.urlsplit(url).port or port)
         self.bench.wrk.url = url.rstrip("/")
 
+    def _cpu_s(self, name: str) -> float:
+        from bench.run import _proc_cpu_s
+
+        d = self.bench.daemons
+        return _proc_cpu_s(d.procs[name].pid) if d is not None and name in d.procs else 0.0
+
+    def _settled(
+        self, names: tuple[str, ...], *, quiet_s: float = 1.0, quiet_cpu_s: float = 0.02, limit_s: float = 120.0
+    ) -> dict[str, float]:
+        """Seconds from each daemon's spawn until its CPU stays under ``quiet_cpu_s`` for ``quiet_s`` (start-up done).
+
+        All are polled together every 0.1 s; one that never settles gets ``limit_s`` from its spawn.
+        """
+        d = self.bench.daemons
+        assert d is not None
+        marks = {name: [(time.monotonic(), self._cpu_s(name))] for name in names}
+        out: dict[str, float] = {}
+        while len(out) < len(names):
+            time.sleep(0.1)
+            for name in names:
+                if name in out:
+                    continue
+                now, cpu = time.monotonic(), self._cpu_s(name)
+                seen = marks[name]
+                seen.append((now, cpu))
+                while len(seen) > 1 and now - seen[1][0] >= quiet_s:
+                    seen.pop(0)
+                if now - seen[0][0] >= quiet_s and cpu - seen[0][1] < quiet_cpu_s:
+                    out[name] = round(seen[0][0] - d.spawned_at[name], 2)
+                elif now - d.spawned_at[name] >= limit_s:
+                    out[name] = limit_s
+        return out
+
+    def _first_receive(self) -> dict[str, Any]:
+        """Time mq's first receive on the big queue from mq's spawn; where its time went (schedstat)."""
+        d = self.bench.daemons
+        assert d is not None
+        pid = d.procs["mq"].pid
+        # A slow first receive must not time out and be retried: it is the figure.
+        self.bench.api.timeout_s = 600
+        try:
+            took, status, headers, _ = self._timed("GET", f"/{BIG_QUEUE}/messages")
+        finally:
+            self.bench.api.timeout_s = 60
+        first_receive_s = time.monotonic() - d.spawned_at["mq"]
+        run_s, wait_s = _schedstat_s(pid)
+        if status == 200:
+            mid = urllib.parse.quote(headers.get("x-message-id", ""))
+            self.bench.api.request("DELETE", f"/{BIG_QUEUE}/messages/{mid}")
+        return {
+            "mq_ready_s": d.start_s["mq"],
+            "mq_first_receive_s": round(first_receive_s, 3),
+            "first_receive_request_ms": round(took * 1000, 1),
+            "first_receive_status": status,
+            "mq_cpu_s": round(self._cpu_s("mq"), 2),
+            "mq_threads_on_cpu_s": run_s,
+            "mq_threads_runqueue_wait_s": wait_s,
+            "loadavg": _loadavg(),
+        }
+
+    def _kept_queue_in(self, qdir: Path) -> bool:
+        """Move the queue kept by ``--startup-keep`` into the (stopped) root in place of ``qdir``; whether one was."""
+        keep = self.opts.startup_keep
+        if not keep or not os.path.isdir(keep):
+            return False
+        shutil.rmtree(qdir)
+        os.rename(keep, qdir)
+        return True
+
     def startup(self) -> dict[str, Any]:
         """Restart the daemons on a root holding ``--startup-messages`` ready messages; time the first receive.
 
@@ -116,7 +190,12 @@ class Scale:
         first restarted with the queue empty and received from once (204):
         its RSS then is the baseline, so the memory per message is what the
         ready messages add, wherever mq builds its index (at start or at the
-        first receive).
+        first receive). Then, on the full queue: mq alone (spawn -> first
+        receive, with its threads' time on a CPU and waiting for one from
+        ``/proc/PID/task/*/schedstat``); mq-mover and mq-reaper started beside
+        it (spawn -> readiness line, and -> the end of their start-up work:
+        their CPU quiet for 1 s); and the three started at once, as systemd
+        does, with mq's first receive timed again.
         """
         daemons = self.bench.daemons
         if daemons is None:
@@ -132,9 +211,10 @@ class Scale:
         rss_base = self._mq_rss()
         daemons.stop()
         qdir = self.mq_root / "queues" / BIG_QUEUE
+        kept = self._kept_queue_in(qdir)
         have = sum(1 for name in os.listdir(qdir) if not name.startswith("."))
         missing = max(0, n - have)
-        self._log(f"startup: writing {missing:,} ready messages into {BIG_QUEUE} (direct, no HTTP)")
+        self._log(f"startup: {have:,} ready messages kept; writing {missing:,} into {BIG_QUEUE} (direct, no HTTP)")
         filled = fill(self.mq_root, [(BIG_QUEUE, missing)])
         self._log(f"  {filled['messages']:,} in {filled['write_s']} s + sync {filled['sync_s']} s")
         cold = False
@@ -144,45 +224,70 @@ class Scale:
                 cold = True
             except OSError as exc:
                 self._log(f"  cannot drop the page cache ({exc}): warm start")
-        self._log("startup: starting mq")
+        self._log("startup: starting mq alone")
         self._start_mq(port)
-        t_spawn, ready_s = daemons.spawned_at["mq"], daemons.start_s["mq"]
         rss_ready = self._mq_rss()
-        # A slow first receive must not time out and be retried: it is the figure.
-        self.bench.api.timeout_s = 600
-        try:
-            took, status = self._receive_delete(BIG_QUEUE)
-        finally:
-            self.bench.api.timeout_s = 60
-        first_receive_s = time.monotonic() - t_spawn
+        alone = self._first_receive()
         rss_after = self._mq_rss()
-        self._log(f"  mq ready after {ready_s} s; first receive answered {status} after {first_receive_s:.2f} s")
+        self._log(f"  mq ready after {alone['mq_ready_s']} s; first receive after {alone['mq_first_receive_s']} s")
+        self._log("startup: starting mq-mover and mq-reaper beside it")
         daemons.start_helpers()
+        settled = self._settled(("mq-mover", "mq-reaper"))
+        helpers = {
+            "mover_ready_s": daemons.start_s.get("mq-mover"),
+            "reaper_ready_s": daemons.start_s.get("mq-reaper"),
+            "mover_settled_s": settled["mq-mover"],
+            "reaper_settled_s": settled["mq-reaper"],
+            "mover_cpu_s": round(self._cpu_s("mq-mover"), 2),
+            "reaper_cpu_s": round(self._cpu_s("mq-reaper"), 2),
+            "loadavg": _loadavg(),
+        }
         depth = self.bench.api.depth(BIG_QUEUE)
+        self._log(f"  {helpers}")
+        self._log("startup: the three started at once")
+        daemons.stop()
+        daemons.spawn_helpers()
+        self._start_mq(port)
+        together = self._first_receive()
+        daemons.wait_helpers()
+        settled = self._settled(("mq-mover", "mq-reaper"))
+        together.update(
+            mover_ready_s=daemons.start_s.get("mq-mover"),
+            reaper_ready_s=daemons.start_s.get("mq-reaper"),
+            mover_settled_s=settled["mq-mover"],
+            reaper_settled_s=settled["mq-reaper"],
+        )
+        self._log(f"  first receive after {together['mq_first_receive_s']} s; {together}")
         per_msg = (rss_after - rss_base) / depth if rss_after and rss_base and depth else None
         res = {
             "ready_messages": depth,
+            "kept_from_an_earlier_run": kept,
             "prefill": filled,
             "page_cache": "dropped before the start (--cold-start)" if cold else "warm (files just written)",
-            "mq_ready_s": ready_s,
-            "mq_first_receive_s": round(first_receive_s, 3),
-            "first_receive_request_ms": round(took * 1000, 1),
-            "first_receive_status": status,
-            "mover_ready_s": daemons.start_s.get("mq-mover"),
-            "reaper_ready_s": daemons.start_s.get("mq-reaper"),
+            "mq_ready_s": alone["mq_ready_s"],
+            "mq_first_receive_s": alone["mq_first_receive_s"],
+            "first_receive_request_ms": alone["first_receive_request_ms"],
+            "first_receive_status": alone["first_receive_status"],
+            "mq_alone": alone,
+            "mover_ready_s": helpers["mover_ready_s"],
+            "reaper_ready_s": helpers["reaper_ready_s"],
+            "helpers": helpers,
+            "all_three_at_once": together,
             "baseline_mq_ready_s": base_ready_s,
             "baseline_receive_status": base_status,
             "mq_rss_bytes_baseline": rss_base,
             "mq_rss_bytes_at_ready": rss_ready,
             "mq_rss_bytes_after_first_receive": rss_after,
             "mq_rss_bytes_per_ready_message": round(per_msg, 1) if per_msg is not None else None,
-            "note": "times from mq's spawn; memory per message = (RSS after the first receive - RSS of mq "
-            "restarted on the same root with the queue empty, after one receive) / ready messages",
+            "note": "times from each daemon's spawn; memory per message = (RSS after the first receive - RSS of mq "
+            "restarted on the same root with the queue empty, after one receive) / ready messages; settled = "
+            "the daemon's CPU under 20 ms for 1 s (its start-up scans and first sweep done); schedstat: mq's "
+            "live threads' time on a CPU and waiting in the run queue from the spawn to the first answer",
         }
-        self._log(
-            f"  mq-mover ready after {res['mover_ready_s']} s, mq-reaper after {res['reaper_ready_s']} s; "
-            f"mq RSS {per_msg or 0:.0f} bytes per ready message"
-        )
+        keep = self.opts.startup_keep
+        if keep and "drain" not in str(self.opts.steps).split(","):
+            os.rename(qdir, keep)  # mq sees the queue go; the next run moves it back in
+            self._log(f"startup: the queue kept in {keep} for the next run")
         return res
 
     # -- many queues ----------------------------------------------------------------
@@ -406,6 +511,25 @@ class Scale:
             self._log(f"  {mb} MB/s against the disk loop's {loop['mb_per_s']} MB/s")
             self.bench.api.delete_queue(queue)
         return res
+
+
+def _schedstat_s(pid: int) -> tuple[float | None, float | None]:
+    """Seconds the live threads of ``pid`` ran on a CPU and waited in the run queue (``/proc/PID/task/*/schedstat``)."""
+    run = wait = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()
+                run, wait = run + int(fields[0]), wait + int(fields[1])
+    except OSError:
+        return None, None
+    return round(run / 1e9, 2), round(wait / 1e9, 2)
+
+
+def _loadavg() -> list[float]:
+    from bench.run import _loadavg as loadavg
+
+    return loadavg()
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
