@@ -42,7 +42,7 @@ from bench.disk_loop import disk_loop
 from bench.prefill import fill
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.run import Api, Bench
 
 #: Queue of the start-up step; the drain step drains it when the sizes match.
 BIG_QUEUE = "bench-big"
@@ -87,17 +87,19 @@ class Scale:
         d = self.bench.daemons
         return rss_bytes(d.procs["mq"].pid) if d is not None and "mq" in d.procs else None
 
-    def _timed(self, method: str, path: str, body: bytes | None = None) -> tuple[float, int, dict[str, str], bytes]:
+    def _timed(
+        self, method: str, path: str, body: bytes | None = None, api: Api | None = None
+    ) -> tuple[float, int, dict[str, str], bytes]:
         t0 = time.perf_counter()
-        status, headers, data = self.bench.api.request(method, path, body)
+        status, headers, data = (api or self.bench.api).request(method, path, body)
         return time.perf_counter() - t0, status, headers, data
 
-    def _receive_delete(self, queue: str) -> tuple[float, int]:
+    def _receive_delete(self, queue: str, api: Api | None = None) -> tuple[float, int]:
         """One short-poll receive on ``queue`` (timed) and the delete of what it got (not timed)."""
-        took, status, headers, data = self._timed("GET", f"/{queue}/messages")
+        took, status, headers, data = self._timed("GET", f"/{queue}/messages", api=api)
         if status == 200:
             mid = headers.get("x-message-id", "")
-            self.bench.api.request("DELETE", f"/{queue}/messages/{urllib.parse.quote(mid)}")
+            (api or self.bench.api).request("DELETE", f"/{queue}/messages/{urllib.parse.quote(mid)}")
         elif status != 204:
             raise RuntimeError(f"GET /{queue}/messages answered {status}: {data[:200]!r}")
         return took, status
@@ -292,44 +294,75 @@ class Scale:
 
     # -- many queues ----------------------------------------------------------------
 
-    def _queue_round(self, queues: list[str], samples: int) -> dict[str, Any]:
-        """``samples`` timed ``GET /`` and receives on random queues (each receive's message deleted and resent)."""
+    def _queue_rounds(self, sides: list[tuple[Api, list[str]]], samples: int) -> list[dict[str, Any]]:
+        """``samples`` timed ``GET /`` and receives on random queues of each side, the sides interleaved.
+
+        Each sample times, side after side, a ``GET /`` and then a receive on a
+        random queue of that side (its message deleted and sent again, not
+        timed), so a change of the machine's load falls on every side alike.
+        """
         rng = random.Random(12)
         body = os.urandom(1024)
-        lists, receives = [], []
+        lists: list[list[float]] = [[] for _ in sides]
+        receives: list[list[float]] = [[] for _ in sides]
         for _ in range(samples):
-            took, status, _, data = self._timed("GET", "/")
-            if status != 200:
-                raise RuntimeError(f"GET / answered {status}: {data[:200]!r}")
-            lists.append(took)
-            queue = rng.choice(queues)
-            took, status = self._receive_delete(queue)
-            receives.append(took)
-            if status == 200:
-                self.bench.api.send(queue, body)
-        return {"queues": len(queues), "list_ms": _pcts_ms(lists), "receive_ms": _pcts_ms(receives)}
+            for i, (api, _queues) in enumerate(sides):
+                took, status, _, data = self._timed("GET", "/", api=api)
+                if status != 200:
+                    raise RuntimeError(f"GET / answered {status}: {data[:200]!r}")
+                lists[i].append(took)
+            for i, (api, queues) in enumerate(sides):
+                queue = rng.choice(queues)
+                took, status = self._receive_delete(queue, api)
+                receives[i].append(took)
+                if status == 200:
+                    api.send(queue, body)
+        return [
+            {"queues": len(queues), "list_ms": _pcts_ms(lists[i]), "receive_ms": _pcts_ms(receives[i])}
+            for i, (_, queues) in enumerate(sides)
+        ]
 
     def queues(self) -> dict[str, Any]:
-        """``GET /`` and a receive with 10 queues, then with ``--scale-queues``; memory per queue."""
+        """``GET /`` and a receive with 10 queues against ``--scale-queues``, on two mq at once; memory per queue.
+
+        A second mq (with its own mq-mover and mq-reaper, on a root beside the
+        bench's) holds the 10 queues while the bench's mq holds all of them, and
+        the samples alternate between the two: measured one after the other,
+        the two rounds fell in different load on a shared machine (issue 12).
+        """
+        from bench.run import Api, Daemons, rss_bytes
+
+        d = self.bench.daemons
+        assert d is not None
         many, per, samples = self.opts.scale_queues, self.opts.scale_queue_messages, self.opts.scale_samples
         names = [f"bench-scale-{i:05d}" for i in range(many)]
         few = names[:10]
-        self._log(f"queues: 10 queues of {per} messages")
-        first = fill(self.mq_root, [(q, per) for q in few])
-        self._warm(few)
-        rss_few = self._mq_rss()
-        small = self._queue_round(few, samples)
-        self._log(f"  GET / p50 {small['list_ms']['p50']} ms, receive p50 {small['receive_ms']['p50']} ms")
-        self._log(f"queues: {many:,} queues of {per} messages (direct prefill)")
-        rest = fill(self.mq_root, [(q, per) for q in names[10:]])
-        rss_created = self._mq_rss()
-        self._log(f"  written in {rest['write_s']} s; one receive on every queue so mq knows them all")
-        t0 = time.monotonic()
-        self._warm(names)
-        warm_s = time.monotonic() - t0
-        rss_all = self._mq_rss()
-        big = self._queue_round(names, samples)
-        self._log(f"  GET / p50 {big['list_ms']['p50']} ms, receive p50 {big['receive_ms']['p50']} ms")
+        few_root = self.mq_root.parent / "mq-few"
+        few_daemons = Daemons(few_root, d.log_dir / "few", d.workers, d.extra)
+        few_api = Api(few_daemons.start())
+        try:
+            self._log(f"queues: 10 queues of {per} messages on a second mq")
+            first = fill(few_root, [(q, per) for q in few])
+            self._warm(few, few_api)
+            rss_few = rss_bytes(few_daemons.procs["mq"].pid)
+            self._log(f"queues: {many:,} queues of {per} messages on the bench's mq (direct prefill)")
+            rest = fill(self.mq_root, [(q, per) for q in names])
+            rss_created = self._mq_rss()
+            self._log(f"  written in {rest['write_s']} s; one receive on every queue so mq knows them all")
+            t0 = time.monotonic()
+            self._warm(names)
+            warm_s = time.monotonic() - t0
+            rss_all = self._mq_rss()
+            small, big = self._queue_rounds([(few_api, few), (self.bench.api, names)], samples)
+        finally:
+            few_api.close()
+            few_daemons.stop()
+            shutil.rmtree(few_root, ignore_errors=True)
+        for side in (small, big):
+            self._log(
+                f"  {side['queues']:,} queues: GET / p50 {side['list_ms']['p50']} ms, "
+                f"receive p50 {side['receive_ms']['p50']} ms"
+            )
         per_queue = (rss_all - rss_few) / (many - 10) if rss_all and rss_few and many > 10 else None
         res: dict[str, Any] = {
             "messages_per_queue": per,
@@ -344,22 +377,24 @@ class Scale:
             "mq_rss_bytes_many_after_receives": rss_all,
             "mq_rss_bytes_per_queue": round(per_queue, 1) if per_queue is not None else None,
             "prefill": {"few": first, "many": rest},
-            "note": "each receive is a short poll on a random queue, its message deleted and sent again (not "
-            "timed) so every queue keeps its depth; memory per queue = (RSS after a receive on every queue - "
-            "RSS with 10 queues) / the added queues",
+            "loadavg_at_end": _loadavg(),
+            "note": "two mq at once (10 queues; all of them), the samples alternating between them; each receive "
+            "is a short poll on a random queue, its message deleted and sent again (not timed) so every queue "
+            "keeps its depth; memory per queue = (RSS of the mq with all queues after a receive on each - RSS of "
+            "the mq with 10 queues after the same) / the added queues",
         }
         self._log("  deleting the scale queues")
         for q in names:
             self.bench.api.delete_queue(q)
         return res
 
-    def _warm(self, queues: list[str]) -> None:
+    def _warm(self, queues: list[str], api: Api | None = None) -> None:
         """One receive (and delete, and resend) on every queue, so mq has indexed each."""
         body = os.urandom(1024)
         for q in queues:
-            _, status = self._receive_delete(q)
+            _, status = self._receive_delete(q, api)
             if status == 200:
-                self.bench.api.send(q, body)
+                (api or self.bench.api).send(q, body)
 
     # -- long polls -------------------------------------------------------------------
 
