@@ -632,10 +632,18 @@ class Daemons:
 
     def start_helpers(self) -> None:
         """Start mq-mover and mq-reaper and wait until both are ready (times in :attr:`start_s`)."""
-        mover_log = self._spawn("mq-mover", ["--root", str(self.root)])
-        reaper_log = self._spawn("mq-reaper", ["--root", str(self.root)])
-        self._wait_for("mq-mover", mover_log, READY_MOVER)
-        self._wait_for("mq-reaper", reaper_log, READY_REAPER)
+        self.spawn_helpers()
+        self.wait_helpers()
+
+    def spawn_helpers(self) -> None:
+        """Spawn mq-mover and mq-reaper without waiting (:meth:`wait_helpers` waits)."""
+        self._spawn("mq-mover", ["--root", str(self.root)])
+        self._spawn("mq-reaper", ["--root", str(self.root)])
+
+    def wait_helpers(self) -> None:
+        """Wait until mq-mover and mq-reaper, spawned by :meth:`spawn_helpers`, logged their readiness."""
+        self._wait_for("mq-mover", self.log_dir / "mq-mover.log", READY_MOVER)
+        self._wait_for("mq-reaper", self.log_dir / "mq-reaper.log", READY_REAPER)
 
     def stop(self) -> dict[str, int | None]:
         """SIGTERM all three; return their exit codes (None if they had to be killed)."""
@@ -1241,6 +1249,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cold-start",
         action="store_true",
         help="step startup: drop the page cache (root only) before restarting mq; default: warm cache",
+    )
+    p.add_argument(
+        "--startup-keep",
+        default=None,
+        help="step startup: a directory (on the root's filesystem) that keeps the filled queue between runs: "
+        "moved in before the step and back after it, so alternating runs skip the 1,000,000-message fill",
     )
     p.add_argument(
         "--drain-depth",

@@ -6,7 +6,11 @@ Each is a method of :class:`Scale`, run by ``bench/run.py`` (``--steps``):
   messages, written with :mod:`bench.prefill` while the daemons are stopped;
   then mq is started and the time from its spawn to its readiness line and to
   its first served receive is measured, with mq's resident memory before and
-  after that receive (the ready index), then mq-mover's and mq-reaper's start.
+  after that receive (the ready index) and where the time went (its threads'
+  time on a CPU and in the run queue); then mq-mover's and mq-reaper's start
+  (readiness line, and the end of their start-up work: CPU quiet for 1 s);
+  then the three started at once, as systemd does. ``--startup-keep DIR``
+  keeps the filled queue between runs (alternating A/B runs fill it once).
 - ``queues``: ``GET /`` and a receive on a random queue with 10 queues of 10
   messages, then with ``--scale-queues`` (default 10,000), and mq's memory per
   queue.
@@ -26,6 +30,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import time
 import urllib.parse
 from pathlib import Path
@@ -37,7 +42,7 @@ from bench.disk_loop import disk_loop
 from bench.prefill import fill
 
 if TYPE_CHECKING:
-    from bench.run import Bench
+    from bench.run import Api, Bench
 
 #: Queue of the start-up step; the drain step drains it when the sizes match.
 BIG_QUEUE = "bench-big"
@@ -82,17 +87,19 @@ class Scale:
         d = self.bench.daemons
         return rss_bytes(d.procs["mq"].pid) if d is not None and "mq" in d.procs else None
 
-    def _timed(self, method: str, path: str, body: bytes | None = None) -> tuple[float, int, dict[str, str], bytes]:
+    def _timed(
+        self, method: str, path: str, body: bytes | None = None, api: Api | None = None
+    ) -> tuple[float, int, dict[str, str], bytes]:
         t0 = time.perf_counter()
-        status, headers, data = self.bench.api.request(method, path, body)
+        status, headers, data = (api or self.bench.api).request(method, path, body)
         return time.perf_counter() - t0, status, headers, data
 
-    def _receive_delete(self, queue: str) -> tuple[float, int]:
+    def _receive_delete(self, queue: str, api: Api | None = None) -> tuple[float, int]:
         """One short-poll receive on ``queue`` (timed) and the delete of what it got (not timed)."""
-        took, status, headers, data = self._timed("GET", f"/{queue}/messages")
+        took, status, headers, data = self._timed("GET", f"/{queue}/messages", api=api)
         if status == 200:
             mid = headers.get("x-message-id", "")
-            self.bench.api.request("DELETE", f"/{queue}/messages/{urllib.parse.quote(mid)}")
+            (api or self.bench.api).request("DELETE", f"/{queue}/messages/{urllib.parse.quote(mid)}")
         elif status != 204:
             raise RuntimeError(f"GET /{queue}/messages answered {status}: {data[:200]!r}")
         return took, status
@@ -109,6 +116,75 @@ class Scale:
         self.bench.api.port = int(urllib.parse.urlsplit(url).port or port)
         self.bench.wrk.url = url.rstrip("/")
 
+    def _cpu_s(self, name: str) -> float:
+        from bench.run import _proc_cpu_s
+
+        d = self.bench.daemons
+        return _proc_cpu_s(d.procs[name].pid) if d is not None and name in d.procs else 0.0
+
+    def _settled(
+        self, names: tuple[str, ...], *, quiet_s: float = 1.0, quiet_cpu_s: float = 0.02, limit_s: float = 120.0
+    ) -> dict[str, float]:
+        """Seconds from each daemon's spawn until its CPU stays under ``quiet_cpu_s`` for ``quiet_s`` (start-up done).
+
+        All are polled together every 0.1 s; one that never settles gets ``limit_s`` from its spawn.
+        """
+        d = self.bench.daemons
+        assert d is not None
+        marks = {name: [(time.monotonic(), self._cpu_s(name))] for name in names}
+        out: dict[str, float] = {}
+        while len(out) < len(names):
+            time.sleep(0.1)
+            for name in names:
+                if name in out:
+                    continue
+                now, cpu = time.monotonic(), self._cpu_s(name)
+                seen = marks[name]
+                seen.append((now, cpu))
+                while len(seen) > 1 and now - seen[1][0] >= quiet_s:
+                    seen.pop(0)
+                if now - seen[0][0] >= quiet_s and cpu - seen[0][1] < quiet_cpu_s:
+                    out[name] = round(seen[0][0] - d.spawned_at[name], 2)
+                elif now - d.spawned_at[name] >= limit_s:
+                    out[name] = limit_s
+        return out
+
+    def _first_receive(self) -> dict[str, Any]:
+        """Time mq's first receive on the big queue from mq's spawn; where its time went (schedstat)."""
+        d = self.bench.daemons
+        assert d is not None
+        pid = d.procs["mq"].pid
+        # A slow first receive must not time out and be retried: it is the figure.
+        self.bench.api.timeout_s = 600
+        try:
+            took, status, headers, _ = self._timed("GET", f"/{BIG_QUEUE}/messages")
+        finally:
+            self.bench.api.timeout_s = 60
+        first_receive_s = time.monotonic() - d.spawned_at["mq"]
+        run_s, wait_s = _schedstat_s(pid)
+        if status == 200:
+            mid = urllib.parse.quote(headers.get("x-message-id", ""))
+            self.bench.api.request("DELETE", f"/{BIG_QUEUE}/messages/{mid}")
+        return {
+            "mq_ready_s": d.start_s["mq"],
+            "mq_first_receive_s": round(first_receive_s, 3),
+            "first_receive_request_ms": round(took * 1000, 1),
+            "first_receive_status": status,
+            "mq_cpu_s": round(self._cpu_s("mq"), 2),
+            "mq_threads_on_cpu_s": run_s,
+            "mq_threads_runqueue_wait_s": wait_s,
+            "loadavg": _loadavg(),
+        }
+
+    def _kept_queue_in(self, qdir: Path) -> bool:
+        """Move the queue kept by ``--startup-keep`` into the (stopped) root in place of ``qdir``; whether one was."""
+        keep = self.opts.startup_keep
+        if not keep or not os.path.isdir(keep):
+            return False
+        shutil.rmtree(qdir)
+        os.rename(keep, qdir)
+        return True
+
     def startup(self) -> dict[str, Any]:
         """Restart the daemons on a root holding ``--startup-messages`` ready messages; time the first receive.
 
@@ -116,7 +192,12 @@ class Scale:
         first restarted with the queue empty and received from once (204):
         its RSS then is the baseline, so the memory per message is what the
         ready messages add, wherever mq builds its index (at start or at the
-        first receive).
+        first receive). Then, on the full queue: mq alone (spawn -> first
+        receive, with its threads' time on a CPU and waiting for one from
+        ``/proc/PID/task/*/schedstat``); mq-mover and mq-reaper started beside
+        it (spawn -> readiness line, and -> the end of their start-up work:
+        their CPU quiet for 1 s); and the three started at once, as systemd
+        does, with mq's first receive timed again.
         """
         daemons = self.bench.daemons
         if daemons is None:
@@ -132,9 +213,10 @@ class Scale:
         rss_base = self._mq_rss()
         daemons.stop()
         qdir = self.mq_root / "queues" / BIG_QUEUE
+        kept = self._kept_queue_in(qdir)
         have = sum(1 for name in os.listdir(qdir) if not name.startswith("."))
         missing = max(0, n - have)
-        self._log(f"startup: writing {missing:,} ready messages into {BIG_QUEUE} (direct, no HTTP)")
+        self._log(f"startup: {have:,} ready messages kept; writing {missing:,} into {BIG_QUEUE} (direct, no HTTP)")
         filled = fill(self.mq_root, [(BIG_QUEUE, missing)])
         self._log(f"  {filled['messages']:,} in {filled['write_s']} s + sync {filled['sync_s']} s")
         cold = False
@@ -144,87 +226,143 @@ class Scale:
                 cold = True
             except OSError as exc:
                 self._log(f"  cannot drop the page cache ({exc}): warm start")
-        self._log("startup: starting mq")
+        self._log("startup: starting mq alone")
         self._start_mq(port)
-        t_spawn, ready_s = daemons.spawned_at["mq"], daemons.start_s["mq"]
         rss_ready = self._mq_rss()
-        # A slow first receive must not time out and be retried: it is the figure.
-        self.bench.api.timeout_s = 600
-        try:
-            took, status = self._receive_delete(BIG_QUEUE)
-        finally:
-            self.bench.api.timeout_s = 60
-        first_receive_s = time.monotonic() - t_spawn
+        alone = self._first_receive()
         rss_after = self._mq_rss()
-        self._log(f"  mq ready after {ready_s} s; first receive answered {status} after {first_receive_s:.2f} s")
+        self._log(f"  mq ready after {alone['mq_ready_s']} s; first receive after {alone['mq_first_receive_s']} s")
+        self._log("startup: starting mq-mover and mq-reaper beside it")
         daemons.start_helpers()
+        settled = self._settled(("mq-mover", "mq-reaper"))
+        helpers = {
+            "mover_ready_s": daemons.start_s.get("mq-mover"),
+            "reaper_ready_s": daemons.start_s.get("mq-reaper"),
+            "mover_settled_s": settled["mq-mover"],
+            "reaper_settled_s": settled["mq-reaper"],
+            "mover_cpu_s": round(self._cpu_s("mq-mover"), 2),
+            "reaper_cpu_s": round(self._cpu_s("mq-reaper"), 2),
+            "loadavg": _loadavg(),
+        }
         depth = self.bench.api.depth(BIG_QUEUE)
+        self._log(f"  {helpers}")
+        self._log("startup: the three started at once")
+        daemons.stop()
+        daemons.spawn_helpers()
+        self._start_mq(port)
+        together = self._first_receive()
+        daemons.wait_helpers()
+        settled = self._settled(("mq-mover", "mq-reaper"))
+        together.update(
+            mover_ready_s=daemons.start_s.get("mq-mover"),
+            reaper_ready_s=daemons.start_s.get("mq-reaper"),
+            mover_settled_s=settled["mq-mover"],
+            reaper_settled_s=settled["mq-reaper"],
+        )
+        self._log(f"  first receive after {together['mq_first_receive_s']} s; {together}")
         per_msg = (rss_after - rss_base) / depth if rss_after and rss_base and depth else None
         res = {
             "ready_messages": depth,
+            "kept_from_an_earlier_run": kept,
             "prefill": filled,
             "page_cache": "dropped before the start (--cold-start)" if cold else "warm (files just written)",
-            "mq_ready_s": ready_s,
-            "mq_first_receive_s": round(first_receive_s, 3),
-            "first_receive_request_ms": round(took * 1000, 1),
-            "first_receive_status": status,
-            "mover_ready_s": daemons.start_s.get("mq-mover"),
-            "reaper_ready_s": daemons.start_s.get("mq-reaper"),
+            "mq_ready_s": alone["mq_ready_s"],
+            "mq_first_receive_s": alone["mq_first_receive_s"],
+            "first_receive_request_ms": alone["first_receive_request_ms"],
+            "first_receive_status": alone["first_receive_status"],
+            "mq_alone": alone,
+            "mover_ready_s": helpers["mover_ready_s"],
+            "reaper_ready_s": helpers["reaper_ready_s"],
+            "helpers": helpers,
+            "all_three_at_once": together,
             "baseline_mq_ready_s": base_ready_s,
             "baseline_receive_status": base_status,
             "mq_rss_bytes_baseline": rss_base,
             "mq_rss_bytes_at_ready": rss_ready,
             "mq_rss_bytes_after_first_receive": rss_after,
             "mq_rss_bytes_per_ready_message": round(per_msg, 1) if per_msg is not None else None,
-            "note": "times from mq's spawn; memory per message = (RSS after the first receive - RSS of mq "
-            "restarted on the same root with the queue empty, after one receive) / ready messages",
+            "note": "times from each daemon's spawn; memory per message = (RSS after the first receive - RSS of mq "
+            "restarted on the same root with the queue empty, after one receive) / ready messages; settled = "
+            "the daemon's CPU under 20 ms for 1 s (its start-up scans and first sweep done); schedstat: mq's "
+            "live threads' time on a CPU and waiting in the run queue from the spawn to the first answer",
         }
-        self._log(
-            f"  mq-mover ready after {res['mover_ready_s']} s, mq-reaper after {res['reaper_ready_s']} s; "
-            f"mq RSS {per_msg or 0:.0f} bytes per ready message"
-        )
+        keep = self.opts.startup_keep
+        if keep and "drain" not in str(self.opts.steps).split(","):
+            os.rename(qdir, keep)  # mq sees the queue go; the next run moves it back in
+            self._log(f"startup: the queue kept in {keep} for the next run")
         return res
 
     # -- many queues ----------------------------------------------------------------
 
-    def _queue_round(self, queues: list[str], samples: int) -> dict[str, Any]:
-        """``samples`` timed ``GET /`` and receives on random queues (each receive's message deleted and resent)."""
+    def _queue_rounds(self, sides: list[tuple[Api, list[str]]], samples: int) -> list[dict[str, Any]]:
+        """``samples`` timed ``GET /`` and receives on random queues of each side, the sides interleaved.
+
+        Each sample times, side after side, a ``GET /`` and then a receive on a
+        random queue of that side (its message deleted and sent again, not
+        timed), so a change of the machine's load falls on every side alike.
+        """
         rng = random.Random(12)
         body = os.urandom(1024)
-        lists, receives = [], []
+        lists: list[list[float]] = [[] for _ in sides]
+        receives: list[list[float]] = [[] for _ in sides]
         for _ in range(samples):
-            took, status, _, data = self._timed("GET", "/")
-            if status != 200:
-                raise RuntimeError(f"GET / answered {status}: {data[:200]!r}")
-            lists.append(took)
-            queue = rng.choice(queues)
-            took, status = self._receive_delete(queue)
-            receives.append(took)
-            if status == 200:
-                self.bench.api.send(queue, body)
-        return {"queues": len(queues), "list_ms": _pcts_ms(lists), "receive_ms": _pcts_ms(receives)}
+            for i, (api, _queues) in enumerate(sides):
+                took, status, _, data = self._timed("GET", "/", api=api)
+                if status != 200:
+                    raise RuntimeError(f"GET / answered {status}: {data[:200]!r}")
+                lists[i].append(took)
+            for i, (api, queues) in enumerate(sides):
+                queue = rng.choice(queues)
+                took, status = self._receive_delete(queue, api)
+                receives[i].append(took)
+                if status == 200:
+                    api.send(queue, body)
+        return [
+            {"queues": len(queues), "list_ms": _pcts_ms(lists[i]), "receive_ms": _pcts_ms(receives[i])}
+            for i, (_, queues) in enumerate(sides)
+        ]
 
     def queues(self) -> dict[str, Any]:
-        """``GET /`` and a receive with 10 queues, then with ``--scale-queues``; memory per queue."""
+        """``GET /`` and a receive with 10 queues against ``--scale-queues``, on two mq at once; memory per queue.
+
+        A second mq (with its own mq-mover and mq-reaper, on a root beside the
+        bench's) holds the 10 queues while the bench's mq holds all of them, and
+        the samples alternate between the two: measured one after the other,
+        the two rounds fell in different load on a shared machine (issue 12).
+        """
+        from bench.run import Api, Daemons, rss_bytes
+
+        d = self.bench.daemons
+        assert d is not None
         many, per, samples = self.opts.scale_queues, self.opts.scale_queue_messages, self.opts.scale_samples
         names = [f"bench-scale-{i:05d}" for i in range(many)]
         few = names[:10]
-        self._log(f"queues: 10 queues of {per} messages")
-        first = fill(self.mq_root, [(q, per) for q in few])
-        self._warm(few)
-        rss_few = self._mq_rss()
-        small = self._queue_round(few, samples)
-        self._log(f"  GET / p50 {small['list_ms']['p50']} ms, receive p50 {small['receive_ms']['p50']} ms")
-        self._log(f"queues: {many:,} queues of {per} messages (direct prefill)")
-        rest = fill(self.mq_root, [(q, per) for q in names[10:]])
-        rss_created = self._mq_rss()
-        self._log(f"  written in {rest['write_s']} s; one receive on every queue so mq knows them all")
-        t0 = time.monotonic()
-        self._warm(names)
-        warm_s = time.monotonic() - t0
-        rss_all = self._mq_rss()
-        big = self._queue_round(names, samples)
-        self._log(f"  GET / p50 {big['list_ms']['p50']} ms, receive p50 {big['receive_ms']['p50']} ms")
+        few_root = self.mq_root.parent / "mq-few"
+        few_daemons = Daemons(few_root, d.log_dir / "few", d.workers, d.extra)
+        few_api = Api(few_daemons.start())
+        try:
+            self._log(f"queues: 10 queues of {per} messages on a second mq")
+            first = fill(few_root, [(q, per) for q in few])
+            self._warm(few, few_api)
+            rss_few = rss_bytes(few_daemons.procs["mq"].pid)
+            self._log(f"queues: {many:,} queues of {per} messages on the bench's mq (direct prefill)")
+            rest = fill(self.mq_root, [(q, per) for q in names])
+            rss_created = self._mq_rss()
+            self._log(f"  written in {rest['write_s']} s; one receive on every queue so mq knows them all")
+            t0 = time.monotonic()
+            self._warm(names)
+            warm_s = time.monotonic() - t0
+            rss_all = self._mq_rss()
+            small, big = self._queue_rounds([(few_api, few), (self.bench.api, names)], samples)
+        finally:
+            few_api.close()
+            few_daemons.stop()
+            shutil.rmtree(few_root, ignore_errors=True)
+        for side in (small, big):
+            self._log(
+                f"  {side['queues']:,} queues: GET / p50 {side['list_ms']['p50']} ms, "
+                f"receive p50 {side['receive_ms']['p50']} ms"
+            )
         per_queue = (rss_all - rss_few) / (many - 10) if rss_all and rss_few and many > 10 else None
         res: dict[str, Any] = {
             "messages_per_queue": per,
@@ -239,22 +377,24 @@ class Scale:
             "mq_rss_bytes_many_after_receives": rss_all,
             "mq_rss_bytes_per_queue": round(per_queue, 1) if per_queue is not None else None,
             "prefill": {"few": first, "many": rest},
-            "note": "each receive is a short poll on a random queue, its message deleted and sent again (not "
-            "timed) so every queue keeps its depth; memory per queue = (RSS after a receive on every queue - "
-            "RSS with 10 queues) / the added queues",
+            "loadavg_at_end": _loadavg(),
+            "note": "two mq at once (10 queues; all of them), the samples alternating between them; each receive "
+            "is a short poll on a random queue, its message deleted and sent again (not timed) so every queue "
+            "keeps its depth; memory per queue = (RSS of the mq with all queues after a receive on each - RSS of "
+            "the mq with 10 queues after the same) / the added queues",
         }
         self._log("  deleting the scale queues")
         for q in names:
             self.bench.api.delete_queue(q)
         return res
 
-    def _warm(self, queues: list[str]) -> None:
+    def _warm(self, queues: list[str], api: Api | None = None) -> None:
         """One receive (and delete, and resend) on every queue, so mq has indexed each."""
         body = os.urandom(1024)
         for q in queues:
-            _, status = self._receive_delete(q)
+            _, status = self._receive_delete(q, api)
             if status == 200:
-                self.bench.api.send(q, body)
+                (api or self.bench.api).send(q, body)
 
     # -- long polls -------------------------------------------------------------------
 
@@ -406,6 +546,25 @@ class Scale:
             self._log(f"  {mb} MB/s against the disk loop's {loop['mb_per_s']} MB/s")
             self.bench.api.delete_queue(queue)
         return res
+
+
+def _schedstat_s(pid: int) -> tuple[float | None, float | None]:
+    """Seconds the live threads of ``pid`` ran on a CPU and waited in the run queue (``/proc/PID/task/*/schedstat``)."""
+    run = wait = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()
+                run, wait = run + int(fields[0]), wait + int(fields[1])
+    except OSError:
+        return None, None
+    return round(run / 1e9, 2), round(wait / 1e9, 2)
+
+
+def _loadavg() -> list[float]:
+    from bench.run import _loadavg as loadavg
+
+    return loadavg()
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

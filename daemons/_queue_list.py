@@ -9,11 +9,17 @@ or deleting a queue causes (POSIX: a directory's mtime changes with each
 entry added or removed, docs/protocol.md section 13). While the mtime is
 within the kernel's coarse clock of now, a later change could leave it equal,
 so the list is not trusted then (as :mod:`daemons._queues` does for queues).
+
+A page of ``GET /`` (at most 1,000 names, ~21 KB of JSON) is encoded once per
+version of the list and answered as a copy of those bytes while the list is
+unchanged (:meth:`QueueNames.page_json`): at 10,000 queues, encoding the page
+was most of what a ``GET /`` cost beyond one with 10 queues (issue 12).
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 import time
 
@@ -24,6 +30,8 @@ from mqcore.protocol import Store
 
 #: Names after every valid queue name (queue names are ``[A-Za-z0-9_-]``, all below U+007F).
 _AFTER_ALL = "\x7f"
+#: Encoded pages kept per version of the list (distinct prefix, after, limit); the oldest is dropped beyond.
+MAX_CACHED_PAGES = 64
 
 
 class QueueNames:
@@ -39,6 +47,9 @@ class QueueNames:
         self.store = store
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int], list[QueueName]] | None = None
+        #: The list the encoded pages were cut from (compared by identity), and the pages by (prefix, after, limit).
+        self._pages_of: list[QueueName] | None = None
+        self._pages: dict[tuple[str, str, int], bytes] = {}
 
     def names(self, prefix: str = "", after: str = "", limit: int | None = None) -> tuple[list[QueueName], bool]:
         """Queue names starting with ``prefix`` and sorting after ``after``, at most ``limit`` of them.
@@ -55,7 +66,44 @@ class QueueNames:
         Raises:
             OSError: ``queues/`` could not be listed.
         """
+        return self._page(self._current(), prefix, after, limit)
+
+    def page_json(self, prefix: str, after: str, limit: int) -> bytes:
+        """The JSON body of one ``GET /`` page: ``{"queues": [names], "next_after": name or null}``, UTF-8.
+
+        The names are :meth:`names`' (``next_after`` is the page's last name
+        when more match after it). The bytes are kept while the listed names
+        are the same list (the cached one; a fresh listing starts anew), so a
+        repeated page costs one ``stat`` and a dict lookup, not an encoding.
+
+        Args:
+            prefix: Only names starting with it ("" = all).
+            after: Only names greater than it ("" = from the first).
+            limit: Most names in the page (1 or more).
+        Returns:
+            The body, as ``json.dumps`` writes it (what ``web.json_response`` sent).
+        Raises:
+            OSError: ``queues/`` could not be listed.
+        """
         every = self._current()
+        key = (prefix, after, limit)
+        with self._lock:
+            if self._pages_of is every:
+                body = self._pages.get(key)
+                if body is not None:
+                    return body
+        names, more = self._page(every, prefix, after, limit)
+        body = json.dumps({"queues": names, "next_after": names[-1] if more else None}).encode()
+        with self._lock:
+            if self._pages_of is not every:
+                self._pages_of, self._pages = every, {}
+            elif len(self._pages) >= MAX_CACHED_PAGES:
+                del self._pages[next(iter(self._pages))]
+            self._pages[key] = body
+        return body
+
+    @staticmethod
+    def _page(every: list[QueueName], prefix: str, after: str, limit: int | None) -> tuple[list[QueueName], bool]:
         lo = bisect.bisect_left(every, prefix)
         if after:
             lo = max(lo, bisect.bisect_right(every, after))

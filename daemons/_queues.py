@@ -399,12 +399,18 @@ class QueueStates:
     async def rescan_all(self, *, everything: bool = True) -> None:
         """List every indexed queue again, re-read its metadata, and bring its index in line with the listing.
 
-        With ``everything`` False (the periodic rescan on a local filesystem), a queue whose
+        With ``everything`` False (the periodic rescan on a local filesystem), a queue
+        watched by inotify is listed only on its turn, one rescan in
+        :data:`FULL_RESCAN_TURNS`: the kernel reports every entry added or
+        removed (a lost event overflows the inotify queue, which lists every
+        queue at once), and 10,000 idle queues listed and their metadata read
+        every ``--rescan-interval`` slowed every receive, while one busy queue
+        of 1,000,000 ready messages, whose directory changes all the time, was
+        listed and compared with its index every ``--rescan-interval`` (about
+        3 s of CPU each time, its receives waiting meanwhile; issue 12,
+        docs/performance.md). A queue without a watch is also listed when its
         directory's change stamp (one ``stat``, as :meth:`rescan_changed`) is
-        the one of its last listing is listed only on its turn, one rescan in
-        :data:`FULL_RESCAN_TURNS`: any entry added or removed changes the
-        stamp, and 10,000 idle queues listed and their metadata read every
-        ``--rescan-interval`` slowed every receive (issue 12, docs/performance.md).
+        not the one of its last listing: any entry added or removed changes it.
 
         Names the index missed are added (long polls are woken). Names the
         index held before the listing started and the listing did not find
@@ -422,9 +428,13 @@ class QueueStates:
             return
         self._turn = (self._turn + 1) % FULL_RESCAN_TURNS
         turn = self._turn
-        await self.rescan_changed(lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn)
+        await self.rescan_changed(
+            lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn, trust_watches=True
+        )
 
-    async def rescan_changed(self, due: Callable[[QueueName], bool] | None = None) -> None:
+    async def rescan_changed(
+        self, due: Callable[[QueueName], bool] | None = None, *, trust_watches: bool = False
+    ) -> None:
         """Rescan (as :meth:`rescan_all`) only the indexed queues whose directory changed since its last listing.
 
         On a shared filesystem inotify misses other hosts' sends, leases and
@@ -437,16 +447,25 @@ class QueueStates:
         Args:
             due: Queues to list whatever their stamp (the periodic rescan's
                 turn, :meth:`rescan_all`); None: none.
+            trust_watches: A queue watched by inotify is listed only when
+                ``due`` (a local filesystem: the kernel reports its changes).
         """
-        indexed = [(fetcher, queue) for fetcher in self.fetchers for queue in list(fetcher.queues)]
+        watcher = self.watcher if trust_watches else None
+        indexed = [
+            (fetcher, queue, watcher is not None and watcher.watching(queue))
+            for fetcher in self.fetchers
+            for queue in list(fetcher.queues)
+        ]
         if not indexed:
             return
 
         def changed() -> list[int]:
             out = []
-            for i, (_, queue) in enumerate(indexed):
+            for i, (_, queue, watched) in enumerate(indexed):
                 if due is not None and due(queue):
                     out.append(i)
+                    continue
+                if watched:
                     continue
                 try:
                     stamp = dir_stamp(self.store.layout.queue_dir(queue))
@@ -458,7 +477,7 @@ class QueueStates:
             return out
 
         for i in await self._in(self.savers, changed):
-            await self._rescan_queue(*indexed[i])
+            await self._rescan_queue(*indexed[i][:2])
 
     async def _rescan_queue(self, fetcher: Fetcher, queue: QueueName) -> None:
         listed = fetcher.queues.get(queue)

@@ -62,22 +62,39 @@ def _name(mid: int, rc: int) -> str:
 class Listing:
     """The ready names of one directory listing, parsed once (on a worker thread) for :class:`ReadyIndex`.
 
+    Most ready names of a listing have receive count 0 (never received), so
+    the ids and the few other counts are kept apart: an index built from a
+    listing then fills its dict with one ``dict.fromkeys`` (issue 12).
+
     Args:
         names: File names of a queue directory; names that are not ready
             names (``ID.RC``) are skipped.
     """
 
-    __slots__ = ("keys",)
+    __slots__ = ("mids", "rcs")
 
     def __init__(self, names: Iterable[str]) -> None:
         fullmatch = _READY_RE.fullmatch
-        #: ``(id int << RC_BITS) | rc`` per ready name.
-        self.keys: list[int] = [
-            int(n[:36].replace("-", ""), 16) << RC_BITS | int(n[37:]) for n in names if fullmatch(n) is not None
-        ]
+        ready = [n for n in names if fullmatch(n) is not None]
+        #: The id of each ready name, as an int, in listing order.
+        self.mids: list[int] = [int(n[:36].replace("-", ""), 16) for n in ready]
+        #: Position in :attr:`mids` -> receive count, for the names whose count is not 0.
+        self.rcs: dict[int, int] = {}
+        # Ids hold no ".", so ".0\n" ends a name of count 0: one count over the joined names
+        # tells whether all are 0 (a fresh queue), cheaper than a test per name.
+        if ready and "\n".join(ready).count(".0\n") + ready[-1].endswith(".0") != len(ready):
+            self.rcs = {i: int(n[37:]) for i, n in enumerate(ready) if not n.endswith(".0")}
+
+    @property
+    def keys(self) -> list[int]:
+        """``(id int << RC_BITS) | rc`` per ready name, in listing order."""
+        rcs = self.rcs
+        if not rcs:
+            return [mid << RC_BITS for mid in self.mids]
+        return [mid << RC_BITS | rcs.get(i, 0) for i, mid in enumerate(self.mids)]
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.mids)
 
 
 class ReadyIndex:
@@ -121,17 +138,29 @@ class ReadyIndex:
         value = self._present.get(mid)
         return value is not None and (value & _RC_MASK == rc or rc in self._more.get(mid, ()))
 
-    def _bulk(self, keys: list[int]) -> None:
-        """Fill an empty index from a listing: one stamp for all, one heapify (O(n))."""
+    def _bulk(self, listing: Listing) -> None:
+        """Fill an empty index from a listing: one stamp for all, one ``dict.fromkeys``, one heapify (O(n))."""
         self._stamp += 1
         shared = self._stamp << RC_BITS
-        present = self._present
-        for key in keys:
-            mid, rc = key >> RC_BITS, key & _RC_MASK
-            if mid in present:
-                self._note(mid, rc, shared | rc)
-            else:
-                present[mid] = shared if rc == 0 else shared | rc
+        mids = listing.mids
+        present = dict.fromkeys(mids, shared)
+        if len(present) == len(mids):  # one name per id (the usual case)
+            values: dict[int, int] = {}  # one value object per receive count
+            for i, rc in listing.rcs.items():
+                value = values.get(rc)
+                if value is None:
+                    value = values[rc] = shared | rc
+                present[mids[i]] = value
+        else:  # an id listed twice (a stale name and its successor): name by name
+            present = {}
+            self._present = present
+            for key in listing.keys:
+                mid, rc = key >> RC_BITS, key & _RC_MASK
+                if mid in present:
+                    self._note(mid, rc, shared | rc)
+                else:
+                    present[mid] = shared if rc == 0 else shared | rc
+        self._present = present
         self._count += len(present)
         self._heap = list(present)
         heapq.heapify(self._heap)
@@ -176,7 +205,7 @@ class ReadyIndex:
         """
         if isinstance(names, Listing):
             if not self._count:
-                self._bulk(names.keys)
+                self._bulk(names)
                 return
             self._stamp += 1
             shared = self._stamp << RC_BITS

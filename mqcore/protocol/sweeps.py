@@ -20,6 +20,38 @@ logger = logging.getLogger(__name__)
 TMP_GRACE_MS = 300_000
 
 
+#: Sorts below every message id (ids are lowercase hex and dashes): a bound that no name is at or below.
+_BELOW_ALL_IDS = ""
+#: The largest 48-bit send time of a UUIDv7 (its first 12 hex digits).
+_MAX_SENT_MS = (1 << 48) - 1
+
+
+def gone_bounds(policy: LeasePolicy, now: int) -> tuple[str, str]:
+    """Two string bounds that every ready name ``ID.RC`` whose message is gone at ``now`` falls under.
+
+    A message is gone (:meth:`LeasePolicy.is_gone`) when its id is at or
+    below the purge marker's id, or when its send time (the id's first 48
+    bits, ``xxxxxxxx-xxxx``) plus the retention period is at or before
+    ``now``. Ids are lowercase hex at fixed places, so they sort as their
+    numbers: a gone message's name has ``name[:13] <= sent_bound`` or
+    ``name[:36] <= purge_bound``, and a name above both needs no parse.
+    The bounds only pre-filter; :meth:`LeasePolicy.is_gone` decides.
+
+    Args:
+        policy: The queue's policy (retention in ms, purge marker).
+        now: The time judged by, epoch ms.
+    Returns:
+        ``(sent_bound, purge_bound)``: ``"xxxxxxxx-xxxx"`` of the latest send
+        time that has outlived the retention, and the purge marker's id;
+        either is ``""`` (below every name) when nothing can be gone that way.
+    """
+    sent_bound = _BELOW_ALL_IDS
+    if policy.retention_ms is not None and now - policy.retention_ms >= 0:
+        h = f"{min(now - policy.retention_ms, _MAX_SENT_MS):012x}"
+        sent_bound = f"{h[:8]}-{h[8:]}"
+    return sent_bound, policy.purged_before or _BELOW_ALL_IDS
+
+
 class Sweeps(Queues):
     """Work over whole directories: counting ``delay/``, expiring messages, removing leftovers and ``remove/``."""
 
@@ -49,14 +81,20 @@ class Sweeps(Queues):
         now = self.clock()
         policy = self.policy(queue)
         qdir = self.layout.queue_dir(queue)
+        sent_bound, purge_bound = gone_bounds(policy, now)
         moved = 0
         for name in listdir(qdir):
+            if name[:1] == ".":
+                if name.endswith(".tmp"):
+                    unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
+                continue
+            # Only a name at or below a bound can be gone: a string compare, not a parse, per name
+            # (a start-up sweep of 1,000,000 ready messages parsed every one: issue 12).
+            if name[:13] > sent_bound and name[:36] > purge_bound:
+                continue
             parsed = parse_ready_name(name)
-            if parsed is not None:
-                if policy.is_gone(parsed[0], now):
-                    moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
-            elif name.startswith(".") and name.endswith(".tmp"):
-                unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
+            if parsed is not None and policy.is_gone(parsed[0], now):
+                moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
         return moved
 
     def expire_in_flight(self) -> int:

@@ -27,6 +27,7 @@ def stack(shared_stack: Any) -> Any:
 
 async def _get(stack: Any, query: str) -> tuple[int, Any]:
     async with stack.session.get(f"{stack.url}/{query}") as resp:
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
         return resp.status, await resp.json()
 
 
@@ -38,6 +39,7 @@ async def test_pages_of_a_thousand_names_and_changes_by_other_processes(stack: A
 
     status, first = await _get(stack, f"?prefix={PREFIX}")
     assert status == 200 and first["queues"] == names[:1000] and first["next_after"] == names[999]
+    assert await _get(stack, f"?prefix={PREFIX}") == (200, first)  # the same page again (mq keeps its bytes)
     status, rest = await _get(stack, f"?prefix={PREFIX}&after={first['next_after']}")
     assert status == 200 and rest == {"queues": names[1000:], "next_after": None}
     status, page = await _get(stack, f"?prefix={PREFIX}&after={names[1]}&limit=2")
