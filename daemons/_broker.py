@@ -386,7 +386,11 @@ class Broker:
                 remaining = deadline - loop.time()
                 if messages or self.stopping or remaining <= 0:
                     return messages
-                if self.queues.arrivals[queue].holders > self.settings.max_waiters:
+                waiters = self.queues.arrivals.get(queue)
+                if waiters is None:  # forgotten meanwhile (its directory went): look again, 404 if it is gone
+                    check_exists = True
+                    continue
+                if waiters.holders > self.settings.max_waiters:
                     self.refusals["waiters"] += 1
                     raise ServerBusy(
                         f"more than {self.settings.max_waiters} long polls wait on queue {queue} (--max-waiters)",
