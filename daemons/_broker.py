@@ -6,7 +6,8 @@ file calls on a saver thread or on the queue's fetcher thread. The rules of
 each operation are :mod:`mqcore.service`'s (ranges, attempts, capacity,
 receipt handles, leasing policy, redrive); the broker adds the daemon's
 concurrency: the per-queue indexes, watches and wake-ups
-(:class:`daemons._queues.QueueStates`), the sends (:class:`daemons._send.Sender`),
+(:class:`daemons._queues.QueueStates`), the saver threads (:class:`daemons._savers.Savers`,
+one pool for every route), the sends (:class:`daemons._send.Sender`),
 the redrive tasks (:class:`daemons._redrive.RedriveRunner`) and the memory of
 its leases (:class:`mqcore.service.handles.LeaseMemory`).
 """
@@ -19,7 +20,6 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from daemons import _runtime
@@ -30,6 +30,7 @@ from daemons._metrics import BrokerMetrics
 from daemons._queue_list import QueueNames
 from daemons._queues import Meta, QueueState, QueueStates
 from daemons._redrive import RedriveRunner
+from daemons._savers import Savers
 from daemons._send import Sender
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
@@ -64,9 +65,8 @@ class Broker:
         self.settings = settings
         self.defaults = settings.queue_defaults
         self.store = Store(settings.root)
-        self.savers = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="mq-saver")
-        #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
-        self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
+        #: The saver threads (at most ``--workers``): sends with group commit, and every other route's file calls.
+        self.savers = Savers(self.store, settings.workers)
         self.queues = QueueStates(settings, self.store, self.savers)
         self.queue_names = QueueNames(self.store)
         #: The wake-up maps of :attr:`queues` (long polls; senders waiting for room), by queue.
@@ -113,19 +113,17 @@ class Broker:
             await self.begin_stop()
         await self.fifo_wakes.close()
         await self.queues.close()
-        self.sender.close()
-        self.remover.shutdown(wait=True)
         self.savers.shutdown(wait=True)
         self.store.close()
         self.health.close()
 
-    async def run_in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a thread of ``pool`` (the savers, or a queue's fetcher thread)."""
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+    async def run_in(self, pool: Savers | Handoff, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a thread of ``pool`` (the savers, or a queue's fetcher thread): one hand-off each way."""
+        return await pool.run(fn, *args)
 
     async def in_saver(self, fn: Callable[[], T]) -> T:
         """``fn()`` on a saver thread (how the daemon runs a plan's blocking work)."""
-        return await asyncio.get_running_loop().run_in_executor(self.savers, fn)
+        return await self.savers.run(fn)
 
     async def queue_state(self, queue: QueueName) -> QueueState:
         """The daemon's index and metadata of ``queue`` (:meth:`daemons._queues.QueueStates.queue_state`).
@@ -399,7 +397,11 @@ class Broker:
                 remaining = deadline - loop.time()
                 if messages or self.stopping or remaining <= 0:
                     return messages
-                if self.queues.arrivals[queue].holders > self.settings.max_waiters:
+                waiters = self.queues.arrivals.get(queue)
+                if waiters is None:  # forgotten meanwhile (its directory went): look again, 404 if it is gone
+                    check_exists = True
+                    continue
+                if waiters.holders > self.settings.max_waiters:
                     self.refusals["waiters"] += 1
                     raise ServerBusy(
                         f"more than {self.settings.max_waiters} long polls wait on queue {queue} (--max-waiters)",
@@ -457,7 +459,7 @@ class Broker:
     # -- delete and visibility ----------------------------------------------------
 
     def _sync_removed(self) -> None:
-        """After a batch of deletes (remover thread): make their renames into ``remove/`` durable (group commit).
+        """After a batch of deletes (fetcher thread): make their renames into ``remove/`` durable (group commit).
 
         Raises:
             StorageUnavailable: The fsync failed; every delete of the batch answers 503.
@@ -471,8 +473,10 @@ class Broker:
         case a single rename; when they miss (another process moved the
         message, or a redelivery's inotify event is still queued), the store
         lists ``delay/`` and the queue directory before answering 404. The
-        rename runs on the remover thread, whose batch is made durable by one
-        fsync of ``remove/`` before any of its deletes is answered.
+        rename runs on the queue's fetcher thread, after the receives handed
+        over before it; the deletes of its batch are made durable by one fsync
+        of ``remove/`` before any of them is answered (the batch's receives are
+        answered before that fsync).
         """
         in_flight = self.leases.pop_message(queue, message_id)
         ready_hints = [ready_name(message_id, 0)]
@@ -490,10 +494,11 @@ class Broker:
         if indexed:
             ready_hints.insert(0, indexed)
         in_flight_hint = [in_flight] if in_flight else []
-        where = await self.remover.run(
+        where = await self.queues.fetcher_for(queue).thread.run_then(
+            self._sync_removed,
             lambda: self.store.delete(
                 queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
-            )
+            ),
         )
         if indexed and state is not None:
             state.index.discard(indexed)
@@ -505,8 +510,8 @@ class Broker:
     async def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle) -> tuple[str, str]:
         """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
 
-        The rename runs on the remover thread, whose batch is made durable by
-        one fsync of ``remove/`` before any of its deletes is answered.
+        The rename runs on the queue's fetcher thread, whose batch's deletes are
+        made durable by one fsync of ``remove/`` before any of them is answered.
 
         Args:
             queue: The queue.
@@ -519,7 +524,9 @@ class Broker:
             MessageNotFound: Already gone (404).
         """
         hint = self.leases.current(handle)
-        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
+        where = await self.queues.fetcher_for(queue).thread.run_then(
+            self._sync_removed, lambda: self.store.delete_by_handle(queue, handle, hint, sync=False)
+        )
         self._deleted_by_handle(queue, handle, where)
         return handle.message_id, where
 
@@ -538,7 +545,7 @@ class Broker:
     async def delete_by_handles(
         self, queue: QueueName, handles: list[ReceiptHandle]
     ) -> list[tuple[str, str] | MQError]:
-        """:meth:`delete_by_handle` for several handles of one queue in one job of the remover thread.
+        """:meth:`delete_by_handle` for several handles of one queue in one job of its fetcher thread.
 
         The same renames and the same one fsync of ``remove/`` as that many concurrent
         :meth:`delete_by_handle` calls (their jobs share a batch), without a task, a future and a
@@ -560,7 +567,7 @@ class Broker:
             return out
 
         try:
-            wheres = await self.remover.run(delete_all)
+            wheres = await self.queues.fetcher_for(queue).thread.run_then(self._sync_removed, delete_all)
         except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
             return [copy.copy(exc) for _ in handles]
         results: list[tuple[str, str] | MQError] = []

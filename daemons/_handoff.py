@@ -10,11 +10,16 @@ per receive+delete at 16 clients, docs/performance.md "Receive and delete path")
 A :class:`Handoff` is one thread with a job list. :meth:`Handoff.run` appends
 a job and wakes the thread only if it sleeps; the thread takes every job
 queued so far as one batch, runs them in order (FIFO: a queue's receives keep
-their order), runs the optional ``after_batch`` step once for the batch (the
-deletes' group commit: one fsync of ``remove/`` covers every rename of the
-batch) and hands all results back with one ``call_soon_threadsafe``. Jobs that
-arrive while a batch runs form the next batch, so the busier the daemon, the
-fewer wake-ups per request.
+their order), and hands their results back to the loop together
+(:mod:`daemons._loopdelivery`: one wake of the loop for everything finished
+before the loop got to it). A job handed over with :meth:`Handoff.run_then`
+names a step to run after it, once per batch for every job of the batch
+that named it (the deletes' group commit: one fsync of ``remove/`` covers
+every rename of the batch); those jobs are answered after their step, the
+others of the batch before it. Jobs that arrive while a batch runs form the
+next batch, so the busier the daemon, the fewer wake-ups per request. The
+thread is started by the first job, so a fetcher that serves no queue costs
+no thread.
 
 It is also a :class:`concurrent.futures.Executor` (``submit``, ``shutdown``),
 so ``loop.run_in_executor`` keeps working for the rarer callers.
@@ -23,7 +28,6 @@ so ``loop.run_in_executor`` keeps working for the rarer callers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import threading
 from collections import deque
@@ -31,12 +35,14 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
+from daemons._loopdelivery import Outcome, delivery_for
+
 T = TypeVar("T")
 
-#: A job: the function, its arguments, and the future (asyncio or concurrent) that gets its outcome.
-_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any] | Future[Any]"]
-#: One outcome handed back to the loop: (future, succeeded, result or exception).
-_Outcome = tuple["asyncio.Future[Any]", bool, Any]
+#: A step run after a batch's jobs that named it (e.g. the fsync of ``remove/``).
+Step = Callable[[], None]
+#: A job: the function, its arguments, the future (asyncio or concurrent) that gets its outcome, its step.
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any] | Future[Any]", Step | None]
 
 
 class Handoff(Executor):
@@ -44,12 +50,14 @@ class Handoff(Executor):
 
     Args:
         name: The thread's name (``ps -L``, py-spy).
-        after_batch: Called on the thread after each batch in which at least one job
-            succeeded (e.g. the fsync of ``remove/``). If it raises, every job of the batch
-            that had succeeded gets that exception instead of its result (a copy each).
+        after_batch: The step of every job (as if each were handed over with
+            :meth:`run_then`): run on the thread after each batch in which at
+            least one job succeeded (e.g. the fsync of ``remove/``). If it raises,
+            every job of the batch that had succeeded gets that exception instead
+            of its result (a copy each).
     """
 
-    def __init__(self, name: str, after_batch: Callable[[], None] | None = None) -> None:
+    def __init__(self, name: str, after_batch: Step | None = None) -> None:
         self.name = name
         self._after_batch = after_batch
         self._lock = threading.Lock()
@@ -57,8 +65,7 @@ class Handoff(Executor):
         self._jobs: deque[_Job] = deque()
         self._idle = False
         self._closed = False
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on the thread; await the returned future for its result (event loop thread only).
@@ -67,7 +74,23 @@ class Handoff(Executor):
             RuntimeError: The handoff was shut down.
         """
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._put((fn, args, future))
+        self._put((fn, args, future, self._after_batch))
+        return future
+
+    def run_then(self, step: Step, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run ``fn(*args)`` on the thread, then ``step`` once for its batch; the future gets the outcome after both.
+
+        Every job of a batch that named the same ``step`` (the same object)
+        shares one call of it, made after all the batch's jobs ran and only if
+        one of them succeeded; if it raises, each of them that had succeeded
+        gets that exception (a copy each) instead of its result (event loop
+        thread only).
+
+        Raises:
+            RuntimeError: The handoff was shut down.
+        """
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._put((fn, args, future, step))
         return future
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
@@ -78,7 +101,7 @@ class Handoff(Executor):
         """
         future: Future[T] = Future()
         call = (lambda: fn(*args, **kwargs)) if kwargs else fn
-        self._put((call, () if kwargs else args, future))
+        self._put((call, () if kwargs else args, future, self._after_batch))
         return future
 
     def _put(self, job: _Job) -> None:
@@ -88,14 +111,18 @@ class Handoff(Executor):
             self._jobs.append(job)
             if self._idle:
                 self._wake.notify()
+            elif self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+                self._thread.start()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking jobs; the thread finishes the queued ones and ends (joined if ``wait``)."""
         with self._lock:
             self._closed = True
             self._wake.notify()
-        if wait and threading.current_thread() is not self._thread:
-            self._thread.join()
+            thread = self._thread
+        if wait and thread is not None and threading.current_thread() is not thread:
+            thread.join()
 
     def _serve(self) -> None:
         while True:
@@ -111,10 +138,9 @@ class Handoff(Executor):
             self._run_batch(batch)
 
     def _run_batch(self, batch: list[_Job]) -> None:
-        outcomes: list[_Outcome] = []
-        done: list[tuple[Future[Any], bool, Any]] = []
-        succeeded = False
-        for fn, args, future in batch:
+        now: list[Outcome] = []  # answered before any step runs
+        stepped: dict[Step, list[tuple[asyncio.Future[Any] | Future[Any], bool, Any]]] = {}
+        for fn, args, future, step in batch:
             if isinstance(future, Future) and not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -122,34 +148,33 @@ class Handoff(Executor):
                 ok = True
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting request, as run_in_executor does
                 result, ok = exc, False
-            succeeded = succeeded or ok
-            if isinstance(future, Future):
-                done.append((future, ok, result))
+            if step is not None:
+                stepped.setdefault(step, []).append((future, ok, result))
+            elif isinstance(future, Future):
+                _set(future, ok, result)
             else:
-                outcomes.append((future, ok, result))
-        if succeeded and self._after_batch is not None:
-            try:
-                self._after_batch()
-            except BaseException as exc:  # noqa: BLE001 - given to every delete the batch covered
-                outcomes = [(f, False, copy.copy(exc)) if ok else (f, ok, r) for f, ok, r in outcomes]
-                done = [(f, False, copy.copy(exc)) if ok else (f, ok, r) for f, ok, r in done]
-        for cfuture, ok, value in done:
-            if ok:
-                cfuture.set_result(value)
-            else:
-                cfuture.set_exception(value)
-        if outcomes:
-            loop = outcomes[0][0].get_loop()
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits these any more
-                loop.call_soon_threadsafe(_deliver, outcomes)
+                now.append((future, ok, result))
+        if now:
+            delivery_for(now[0][0].get_loop()).put_many(now)
+        for step, outcomes in stepped.items():
+            if any(ok for _, ok, _ in outcomes):
+                try:
+                    step()
+                except BaseException as exc:  # noqa: BLE001 - given to every job of the batch that needed it
+                    outcomes = [(f, False, copy.copy(exc)) if ok else (f, ok, r) for f, ok, r in outcomes]
+            later: list[Outcome] = []
+            for future, ok, value in outcomes:
+                if isinstance(future, Future):
+                    _set(future, ok, value)
+                else:
+                    later.append((future, ok, value))
+            if later:
+                delivery_for(later[0][0].get_loop()).put_many(later)
 
 
-def _deliver(outcomes: list[_Outcome]) -> None:
-    """On the loop: give each awaiting request its job's outcome."""
-    for future, ok, value in outcomes:
-        if future.cancelled():
-            continue
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+def _set(future: Future[Any], ok: bool, value: Any) -> None:
+    """Resolve a concurrent future with a job's outcome."""
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)

@@ -19,7 +19,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -121,7 +121,7 @@ class QueueStates:
         savers: The saver threads (metadata reads, change checks).
     """
 
-    def __init__(self, settings: Settings, store: Store, savers: ThreadPoolExecutor) -> None:
+    def __init__(self, settings: Settings, store: Store, savers: Executor) -> None:
         self.settings = settings
         self.defaults = settings.queue_defaults
         self.store = store
@@ -179,7 +179,7 @@ class QueueStates:
             fetcher = self._fetcher_of[queue] = self.fetchers[zlib.crc32(queue.encode()) % len(self.fetchers)]
         return fetcher
 
-    async def _in(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    async def _in(self, pool: Executor, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     @contextlib.contextmanager

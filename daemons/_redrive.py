@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -49,8 +49,11 @@ class RedriveHost(Protocol):
     """What the runner needs from the broker that owns it (:class:`daemons._broker.Broker`)."""
 
     store: Store
-    savers: ThreadPoolExecutor
     queues: QueueStates
+
+    @property
+    def savers(self) -> Executor:
+        """The saver threads (status files)."""
 
 
 class RedriveRunner:

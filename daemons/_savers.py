@@ -1,12 +1,22 @@
-"""The send savers of the ``mq`` daemon: threads that write, fsync and publish sends, one loop wake-up per commit.
+"""The saver threads of the ``mq`` daemon: one pool for every route's file work, one loop wake-up per commit.
+
+One pool of at most ``--workers`` threads serves the sends (single, batch and
+FIFO) and every other route's blocking file call (queue metadata, peeks,
+changes of visibility, redrive status files...). Threads are started as work
+needs them, so a daemon that never had more than one request at a time runs
+one saver. Before, mq ran ``--workers`` send savers *and* a
+``ThreadPoolExecutor`` of ``--workers`` general savers, and the two sets
+fought each other for the GIL.
 
 A send crosses between the event loop and a thread twice, whatever the
-load: the loop puts a :class:`SaveJob` on a queue that the saver threads
-take from (one wake-up of an idle saver, the one idle most recently: at a
-low rate one warm thread does the work), and the results of every job a
-directory fsync made durable come back to the loop together (one
-``call_soon_threadsafe`` per group commit, not one per message, and none
-while an earlier delivery is still waiting for the loop).
+load: the loop puts a :class:`SaveJob` on the work queue that the saver
+threads take from (one wake-up of an idle saver, the one idle most recently:
+at a low rate one warm thread does the work), and the results of every job a
+directory fsync made durable come back to the loop together
+(:mod:`daemons._loopdelivery`: one ``call_soon_threadsafe`` per group
+commit, not one per message, and none while an earlier delivery is still
+waiting for the loop). Any other job (:meth:`Savers.run`) comes back the same
+way.
 
 Each saver takes one file to write at a time (``new/Q.ID``: create, write,
 fsync), so the files of a batch, and of concurrent sends, are fsynced in
@@ -25,10 +35,15 @@ import asyncio
 import collections
 import threading
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
 
+from daemons._loopdelivery import LoopDelivery, delivery_for
 from mqcore.errors import MQError
 from mqcore.names import MessageId, QueueName
 from mqcore.protocol import PendingMessage, SendEntry, Store
+
+T = TypeVar("T")
 
 #: A job's outcome: per entry its message id or its error.
 Results = list[MessageId | MQError]
@@ -61,68 +76,149 @@ class SaveJob:
         self.unsynced = 0
 
 
-class SendSavers:
-    """``workers`` saver threads for sends, and the one-wake-per-commit hand-back to the event loop.
+class _Call:
+    """A blocking call for a saver: ``fn(*args)`` and the future (asyncio or concurrent) that gets its outcome."""
+
+    __slots__ = ("args", "fn", "future")
+
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], future: asyncio.Future[Any] | Future[Any]
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.future = future
+
+
+#: What a saver takes: a file of a send job (the job, the entry's index), a call (index unused), or None (stop).
+_Item = tuple[SaveJob | _Call, int] | None
+
+
+class Savers(Executor):
+    """The daemon's saver threads: sends with group commit, and every route's other blocking file calls.
+
+    Also a :class:`concurrent.futures.Executor`, so ``loop.run_in_executor(savers, ...)`` works for the
+    callers that need a concurrent future.
 
     Args:
         store: The daemon's store.
-        workers: Threads (``--workers``).
-        loop: The event loop the results go back to.
+        workers: At most this many threads (``--workers``), started as work needs them.
     """
 
-    def __init__(self, store: Store, workers: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: Store, workers: int) -> None:
         self.store = store
-        self.loop = loop
+        self.workers = workers
+        #: The loop the jobs' results go back to (the first one to hand over a job; mq runs one loop), and its delivery.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._delivery: LoopDelivery | None = None
         #: The savers' own lock (job counters and ids); the loop thread never takes it.
         self._lock = threading.Lock()
+        #: Held while a thread is started or the pool closes (rare).
+        self._start_lock = threading.Lock()
         # The loop thread must not block on a lock or make a system call here: every such point
         # releases the GIL, and getting it back behind eight busy savers costs up to the interpreter's
         # switch interval (5 ms). So the hand-offs use only operations that are atomic under the GIL
         # (deque.extend/popleft/append, list.append/pop/remove) and a parking lock per thread.
-        #: Files to write, oldest first; None tells a thread to stop.
-        self._work: collections.deque[tuple[SaveJob, int] | None] = collections.deque()
+        #: Work to do, oldest first; None tells a thread to stop.
+        self._work: collections.deque[_Item] = collections.deque()
         #: The parking locks (held while parked) of the idle threads, the latest idle last.
         self._idle: list[threading.Lock] = []
-        #: Jobs finished, waiting for the loop's :meth:`_deliver`.
-        self._done: collections.deque[tuple[SaveJob, BaseException | None]] = collections.deque()
-        #: A :meth:`_deliver` is scheduled and has not started draining ``_done`` yet.
-        self._wake_pending = False
-        self._threads = [
-            threading.Thread(target=self._run, name=f"mq-send-saver-{i}", daemon=True) for i in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
 
-    def submit(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
+    # -- event loop ------------------------------------------------------------
+
+    def send(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
         """Start storing ``entries`` in ``queue`` (loop thread); the future gets each entry's id or error.
 
-        Takes no lock and makes no system call (see ``__init__``). An entry's error is a
-        :class:`~mqcore.errors.QueueNotFound` (no such queue: nothing of it
-        written) or a :class:`~mqcore.errors.StorageUnavailable` (a step failed).
+        Takes no lock and makes no system call once the threads run (see
+        ``__init__``). An entry's error is a :class:`~mqcore.errors.QueueNotFound`
+        (no such queue: nothing of it written) or a
+        :class:`~mqcore.errors.StorageUnavailable` (a step failed).
+
+        Raises:
+            RuntimeError: The pool was shut down.
         """
-        job = SaveJob(queue, entries, self.loop.create_future())
+        job = SaveJob(queue, entries, self._bound_loop().create_future())
         self._put([(job, i) for i in range(len(entries))])
         return job.future
 
-    def _put(self, items: list[tuple[SaveJob, int] | None]) -> None:
-        """Queue ``items`` and wake as many idle threads, the latest idle first (a warm thread, one wake-up each)."""
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run ``fn(*args)`` on a saver (loop thread); the future gets its result or exception.
+
+        Raises:
+            RuntimeError: The pool was shut down.
+        """
+        future: asyncio.Future[T] = self._bound_loop().create_future()
+        self._put([(_Call(fn, args, future), 0)])
+        return future
+
+    def _bound_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+            self._delivery = delivery_for(loop)
+        return loop
+
+    # -- any thread --------------------------------------------------------------
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """:meth:`concurrent.futures.Executor.submit`: ``fn(*args, **kwargs)`` on a saver (any thread may call).
+
+        Raises:
+            RuntimeError: The pool was shut down.
+        """
+        future: Future[T] = Future()
+        if kwargs:
+            self._put([(_Call(lambda: fn(*args, **kwargs), (), future), 0)])
+        else:
+            self._put([(_Call(fn, args, future), 0)])
+        return future
+
+    def _put(self, items: list[_Item]) -> None:
+        """Queue ``items`` and wake as many idle threads (the latest idle first), starting threads if none is idle."""
+        if self._closed:
+            raise RuntimeError("mq savers: cannot run a job after shutdown")
         self._work.extend(items)
         for _ in items:
             try:
                 park = self._idle.pop()
             except IndexError:
+                if len(self._threads) < self.workers:
+                    self._start_thread()
+                    continue
                 return
             park.release()
 
-    def close(self) -> None:
-        """Let every thread finish its work and stop; wait for them (jobs already taken complete)."""
-        self._put([None] * len(self._threads))
-        for thread in self._threads:
-            thread.join()
+    def _start_thread(self) -> None:
+        with self._start_lock:
+            if self._closed or len(self._threads) >= self.workers:
+                return
+            thread = threading.Thread(target=self._serve, name=f"mq-saver-{len(self._threads)}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Let every thread finish the queued work and stop (jobs already queued complete); joined if ``wait``."""
+        with self._start_lock:
+            if self._closed:
+                threads = []
+            else:
+                self._closed = True
+                threads = list(self._threads)
+                self._work.extend([None] * len(threads))
+                for _ in threads:
+                    try:
+                        self._idle.pop().release()
+                    except IndexError:
+                        break
+        if wait:
+            for thread in threads:
+                if thread is not threading.current_thread():
+                    thread.join()
 
     # -- saver threads --------------------------------------------------------
 
-    def _run(self) -> None:
+    def _serve(self) -> None:
         park = threading.Lock()
         park.acquire()
         while True:
@@ -141,10 +237,30 @@ class SendSavers:
             if item is None:
                 return
             job, i = item
+            if isinstance(job, _Call):
+                self._call(job)
+                continue
             try:
                 self._write(job, i)
             except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
                 self._finish(job, exc)
+
+    def _call(self, call: _Call) -> None:
+        future = call.future
+        if isinstance(future, Future) and not future.set_running_or_notify_cancel():
+            return
+        try:
+            result: Any = call.fn(*call.args)
+            ok = True
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting request, as run_in_executor does
+            result, ok = exc, False
+        if isinstance(future, Future):
+            if ok:
+                future.set_result(result)
+            else:
+                future.set_exception(result)
+        else:
+            self._delivery_of(future).put((future, ok, result))
 
     def _write(self, job: SaveJob, i: int) -> None:
         """Write entry ``i`` of ``job``; the thread writing its last file publishes the job."""
@@ -198,25 +314,11 @@ class SendSavers:
 
     def _finish(self, job: SaveJob, exc: BaseException | None) -> None:
         """Hand ``job`` back to the loop; one wake-up covers every job finished before the loop gets to them."""
-        self._done.append((job, exc))
-        if self._wake_pending:  # read after the append: a _deliver that has not reset it yet will see the job
-            return
-        self._wake_pending = True
-        try:
-            self.loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # the loop is closed (mq stopped): nobody waits any more
-            pass
+        self._delivery_of(job.future).put((job.future, True, job.results) if exc is None else (job.future, False, exc))
 
-    # -- event loop -------------------------------------------------------------
-
-    def _deliver(self) -> None:
-        self._wake_pending = False  # before draining: a job appended after this wakes the loop again
-        done = self._done
-        while done:
-            job, exc = done.popleft()
-            if job.future.done():  # cancelled: the client went away (the message is stored all the same)
-                continue
-            if exc is None:
-                job.future.set_result(job.results)
-            else:
-                job.future.set_exception(exc)
+    def _delivery_of(self, future: asyncio.Future[Any]) -> LoopDelivery:
+        """The delivery of ``future``'s loop: the pool's (bound by the first job from a loop), or the loop's own."""
+        delivery = self._delivery
+        if delivery is None or self._loop is not future.get_loop():
+            delivery = delivery_for(future.get_loop())
+        return delivery

@@ -2,9 +2,10 @@
 
 :class:`Sender` admits sends under a queue's capacity
 (:func:`mqcore.service.capacity.admit`; a full queue waits on its ``room``
-signal up to ``capacity_wait_seconds``), stores them with the send savers
-(:class:`daemons._savers.SendSavers`: one hand-off to a thread per request,
-one loop wake-up per group commit), then indexes the new ready names and
+signal up to ``capacity_wait_seconds``), stores them with the daemon's savers
+(:class:`daemons._savers.Savers`: one hand-off to a thread per request,
+one loop wake-up per group commit; a FIFO queue's sends are one call on a
+saver, in order with deduplication), then indexes the new ready names and
 wakes the queue's long polls.
 """
 
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from daemons import _idorder, _runtime
 from daemons._queues import QueueState
-from daemons._savers import SendSavers
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName, is_fifo_queue, ready_name
 from mqcore.protocol import SendEntry
@@ -36,7 +36,7 @@ class Sender:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.queues = broker.queues
-        self.savers: SendSavers | None = None
+        self.savers = broker.savers
 
     async def _reserve(self, queue: QueueName, state: QueueState, wanted: int) -> tuple[QueueState, int]:
         """Admit up to ``wanted`` sends under the queue's capacity; wait for room up to capacity_wait_seconds.
@@ -89,9 +89,9 @@ class Sender:
         try:
             await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
             if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
-                message_id = await broker.run_in(broker.savers, fifo.send_entry, broker.store, queue, entry)
+                message_id = await self.savers.run(fifo.send_entry, broker.store, queue, entry)
             else:
-                result = (await self._savers().submit(queue, [entry]))[0]
+                result = (await self.savers.send(queue, [entry]))[0]
                 if isinstance(result, MQError):
                     raise result
                 message_id = result
@@ -150,26 +150,14 @@ class Sender:
         (FIFO) whichever write finishes first; each write fsyncs its own file
         and the writes' fsyncs overlap. The last write renames them all, in
         entry order, and each target directory is fsynced once (group commit:
-        :class:`daemons._savers.SendSavers`).
+        :class:`daemons._savers.Savers`).
 
         Raises:
             QueueNotFound: No such queue (nothing is written).
         """
         if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
-            return await self.broker.run_in(self.broker.savers, fifo.send_entries, self.broker.store, queue, entries)
-        results = await self._savers().submit(queue, entries)
+            return await self.savers.run(fifo.send_entries, self.broker.store, queue, entries)
+        results = await self.savers.send(queue, entries)
         if all(isinstance(result, QueueNotFound) for result in results):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         return results
-
-    def _savers(self) -> SendSavers:
-        """The send saver threads, started on the first send (they hand results back to the running loop)."""
-        if self.savers is None:
-            self.savers = SendSavers(self.broker.store, self.broker.settings.workers, asyncio.get_running_loop())
-        return self.savers
-
-    def close(self) -> None:
-        """Stop the send saver threads once the sends they hold are stored (blocks until then)."""
-        if self.savers is not None:
-            self.savers.close()
-            self.savers = None

@@ -37,7 +37,7 @@ class Settings:
     port: int = 8080
     """TCP port; 0 picks a free one (logged in the readiness line)."""
     workers: int = 8
-    """Threads of each kind: N send savers, N general savers and N fetchers (SoftLayer MQ: --workers, default 8)."""
+    """Threads of each kind, started as work needs them: up to N savers and N fetchers (SoftLayer MQ: --workers, 8)."""
     peers: int = 0
     """Receive picks at random among the oldest peers+1 ready messages (0 = strict FIFO)."""
     visibility_timeout_seconds: int = 30

@@ -1,11 +1,12 @@
 """mq: the HTTP front end (SoftLayer MQ's six endpoints plus SQS semantics) over the mqcore protocol.
 
-Worker threads, as SoftLayer MQ's worker pairs: ``--workers N`` starts N send
-savers (``daemons._savers``: each request's files written and fsynced, the
-renames of a batch published with one group-committed directory fsync), N
-general savers (queue administration, change of visibility, redrive) and N
-fetchers, plus one remover thread (deletes, one fsync of ``remove/`` per
-batch: ``daemons._handoff``). All receives of one queue run on one fetcher,
+Worker threads, as SoftLayer MQ's worker pairs: ``--workers N`` allows N
+savers (``daemons._savers``, one pool for every route, started as work needs
+them: each send's files written and fsynced, the renames of a batch published
+with one group-committed directory fsync; queue administration, change of
+visibility, redrive) and N fetchers (``daemons._handoff``, each started by its
+first job; a queue's deletes run on its fetcher too, one fsync of ``remove/``
+per batch). All receives of one queue run on one fetcher,
 chosen by a hash of the queue name, leased in batches in index order: with
 ``--peers 0`` a queue is strictly FIFO. Each fetcher keeps an in-memory index
 of its queues' ready files, filled by one listing when a queue is first used
@@ -285,7 +286,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     envvar="MQ_WORKERS",
     show_envvar=True,
     show_default=True,
-    help="Threads of each kind: N send savers, N general savers and N fetchers (SoftLayer MQ's worker pairs).",
+    help="Threads of each kind, started as work needs them: up to N savers and N fetchers (SoftLayer MQ's pairs).",
 )
 @click.option(
     "--peers",

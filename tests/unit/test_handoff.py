@@ -83,3 +83,38 @@ async def test_it_is_an_executor_for_run_in_executor_and_finishes_queued_jobs_on
     assert names == ["test-handoff"]
     with pytest.raises(RuntimeError, match="after shutdown"):
         handoff.run(print)
+
+
+async def test_a_step_runs_once_for_the_jobs_that_named_it_and_the_others_are_answered_before_it(gate):
+    steps: list[int] = []
+    step_started = threading.Event()
+    release_step = threading.Event()
+
+    def step() -> None:
+        step_started.set()
+        assert release_step.wait(5)
+        steps.append(1)
+
+    handoff = Handoff("test-handoff")
+    try:
+        blocked = handoff.run(gate.wait, 5)
+        await asyncio.sleep(0.05)  # the thread is inside the first job: the next four form one batch
+        deletes = [handoff.run_then(step, lambda i=i: i) for i in range(2)]
+        receive = handoff.run(lambda: "leased")
+        another = handoff.run_then(step, lambda: 2)
+        gate.set()
+        assert await blocked is True
+        assert await asyncio.wait_for(receive, 4) == "leased"  # answered while the batch's step is held
+        assert step_started.is_set()
+        assert not any(future.done() for future in [*deletes, another])
+        release_step.set()
+        assert await asyncio.gather(*deletes, another) == [0, 1, 2]
+        assert steps == [1]  # one call for the three jobs that named it
+    finally:
+        handoff.shutdown()
+
+
+def test_no_thread_until_the_first_job():
+    handoff = Handoff("test-handoff-idle")
+    assert "test-handoff-idle" not in {thread.name for thread in threading.enumerate()}
+    handoff.shutdown()

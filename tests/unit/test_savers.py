@@ -1,0 +1,45 @@
+"""daemons._savers.Savers: the daemon's one pool of saver threads (sends with group commit, every other file call)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from daemons._savers import Savers
+from mqcore.errors import QueueNotFound
+from mqcore.protocol import SendEntry, Store
+
+
+def saver_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name.startswith("mq-saver-")}
+
+
+async def test_sends_and_calls_share_the_threads_which_start_only_as_work_needs_them(tmp_path):
+    store = Store(str(tmp_path / "root"))
+    store.create_queue("q")
+    before = saver_threads()
+    savers = Savers(store, workers=3)
+    try:
+        assert saver_threads() == before  # no thread before the first job
+        assert await savers.run(sum, [1, 2, 3]) == 6
+        entries = [SendEntry(body=f"m{i}".encode()) for i in range(20)]
+        results = await savers.send("q", entries)
+        ids = [result for result in results if isinstance(result, str)]
+        assert len(ids) == 20 and ids == sorted(ids)  # a batch keeps its entry order
+        names = sorted(os.listdir(tmp_path / "root" / "queues" / "q"))
+        assert [name.partition(".")[0] for name in names if not name.startswith(".")] == ids
+        assert len(saver_threads() - before) <= 3  # never more than workers
+        missing = await savers.send("nope", [SendEntry(body=b"x")])
+        assert isinstance(missing[0], QueueNotFound)
+        with pytest.raises(ZeroDivisionError):
+            await savers.run(lambda: 1 / 0)
+        loop = asyncio.get_running_loop()
+        assert await loop.run_in_executor(savers, max, 4, 9) == 9  # an Executor for run_in_executor callers
+    finally:
+        savers.shutdown(wait=True)
+    assert saver_threads() == before
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        savers.submit(print)
