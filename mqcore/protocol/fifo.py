@@ -12,8 +12,11 @@ nothing else on disk marks it. Its sends go through :func:`send_fifo` instead of
 2. ``new/Q.ID`` is written and fsynced exactly as a standard send (section 6.2), its header
    carrying ``group_id`` and ``dedup_id``.
 3. An expired record is first renamed to ``.dedup.HASH.TOKEN.old`` (only one racer wins) and
-   unlinked; then the record is created with ``O_EXCL`` and fsynced. ``EEXIST``: another
-   sender won the id meanwhile: ``new/Q.ID`` is unlinked and step 1 runs again.
+   unlinked; then the record is written and fsynced under a unique temporary name
+   ``.dedup.HASH.TOKEN.tmp`` and published with ``link`` to ``.dedup.HASH`` (atomic, never
+   replaces), so no process and no other host ever sees the record incomplete. ``EEXIST``:
+   another sender won the id meanwhile: ``new/Q.ID`` is unlinked and step 1 runs again. The
+   temporary name is unlinked either way.
 4. ``rename("new/Q.ID", "queues/Q/ID.0")`` and ``fsync("queues/Q")`` commit the record
    and the message together (one directory).
 
@@ -41,7 +44,7 @@ from mqcore import model
 from mqcore.errors import StorageUnavailable
 from mqcore.names import MessageId, QueueName, check_message_id, ready_name
 from mqcore.protocol import Store
-from mqcore.protocol._fs import storage_error
+from mqcore.protocol._fs import lost_race, storage_error
 from mqcore.protocol.send import SEND_CREATE_ATTEMPTS, PendingMessage
 
 logger = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ TORN_RECORD_MS = 10_000
 #: Least age (by mtime) of a record mq-reaper sweeps, in ms: the window plus a minute, for hosts sharing a root
 #: whose clocks (and the file server's mtimes) differ a little.
 REAPER_MIN_AGE_MS = DEDUP_WINDOW_MS + 60_000
+#: Suffix of a record's temporary name ``.dedup.HASH.TOKEN.tmp``: written and fsynced there, then linked to its name.
+TMP_SUFFIX = ".tmp"
 #: Bytes read to find a header: more than its largest form (8,000 bytes of attributes, 1,024 of content type, ids).
 HEADER_READ_BYTES = 65_536
 
@@ -134,22 +139,37 @@ def _retire(path: str) -> None:
         os.unlink(old)
 
 
-def _retire_unless_being_written(path: str, now_ms: int) -> None:
+def _retire_unless_being_written(path: str, now_ms: int) -> bool:
     """Retire an expired or unreadable record; an unreadable one younger than :data:`TORN_RECORD_MS` is being written.
 
+    Records this version writes are never seen incomplete (:func:`_publish_record`): an unreadable record
+    is one an older version (which created the record with ``O_EXCL`` and then wrote it) is writing, or
+    left torn by its crash (docs/protocol.md 19.2). The record is read again here: one that is live now
+    (its writer finished since step 1) is never retired.
+
+    Args:
+        path: The record ``queues/Q/.dedup.HASH``.
+        now_ms: The send's time, epoch ms.
+    Returns:
+        True if the record is gone (retired here or by another sender); False if it is live now (the caller
+        reads it again: its send is a duplicate).
     Raises:
-        StorageUnavailable: The record is unreadable and young: another send of the same deduplication id is
-            between its create and its write (503, retriable: the retry sees its record).
+        StorageUnavailable: The record is unreadable and young: a send of an older version is between its
+            create and its write (503, retriable: the retry sees its record).
     """
     try:
         mtime_ms = os.stat(path).st_mtime_ns // 1_000_000
     except FileNotFoundError:
-        return
+        return True
     except OSError as exc:
         raise storage_error("stat of a deduplication record", exc) from exc
-    if _read_record(path) is None and now_ms - mtime_ms < TORN_RECORD_MS:
+    found = _read_record(path)
+    if found is not None and now_ms - found[1] < DEDUP_WINDOW_MS:
+        return False
+    if found is None and now_ms - mtime_ms < TORN_RECORD_MS:
         raise StorageUnavailable("another send of this deduplication id is in progress; retry")
     _retire(path)
+    return True
 
 
 def _write_new(store: Store, queue: QueueName, message: FifoSend) -> PendingMessage:
@@ -165,6 +185,33 @@ def _write_new(store: Store, queue: QueueName, message: FifoSend) -> PendingMess
             continue  # section 13.2: a fresh id is a fresh name
         return PendingMessage(queue, message_id, path)
     raise StorageUnavailable("could not create the message file")  # pragma: no cover - write_file raised
+
+
+def _publish_record(tmp: str, record: str) -> bool:
+    """Step 4's end: ``link`` the written and fsynced temporary ``tmp`` to ``record``, then unlink ``tmp``.
+
+    ``link`` is atomic and never replaces an existing name, so the record appears complete or not at
+    all, to this host and to every other one (tests/cluster/test_cluster_fifo.py races it on GlusterFS).
+
+    Args:
+        tmp: The temporary ``queues/Q/.dedup.HASH.TOKEN.tmp``, complete and fsynced.
+        record: The record's path ``queues/Q/.dedup.HASH``.
+    Returns:
+        True if this send's record now has the name; False if another sender's record had it (``EEXIST``).
+    Raises:
+        StorageUnavailable: The link failed otherwise (the record may or may not be in place: a retry reads it).
+    """
+    try:
+        os.link(tmp, record)
+    except FileExistsError as exc:
+        lost_race("link", exc)
+        return False
+    except OSError as exc:
+        raise storage_error("link of a deduplication record", exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return True
 
 
 def _commit(store: Store, queue: QueueName, message_id: MessageId, record: str) -> None:
@@ -211,27 +258,30 @@ def send_fifo(store: Store, queue: QueueName, message: FifoSend) -> tuple[Messag
         if found is not None and now - found[1] < DEDUP_WINDOW_MS:
             _commit(store, queue, found[0], record)  # roll forward if still in new/; fsync either way
             return found[0], True
-        if os.path.lexists(record):
-            _retire_unless_being_written(record, now)
+        if os.path.lexists(record) and not _retire_unless_being_written(record, now):
+            continue  # written since the read above (an older version's record): read it again
         pending = _write_new(store, queue, message)
         body = json.dumps({"message_id": pending.message_id, "at_ms": now}).encode()
+        tmp = f"{record}.{uuid.uuid4().hex}{TMP_SUFFIX}"
         try:
-            store.disk.write_file(record, body, exists_ok_to_retry=True)
-        except FileExistsError:
-            with contextlib.suppress(OSError):
-                os.unlink(pending.path)
-            continue  # another sender took the id meanwhile: we are its duplicate
+            store.disk.write_file(tmp, body)  # on failure nothing of it is left
         except StorageUnavailable:
             with contextlib.suppress(OSError):
                 os.unlink(pending.path)
             raise
+        # A link failing otherwise than EEXIST raises with new/Q.ID left to sweep_new: the link may have
+        # happened, and the record must not name a message unlinked under it (docs/protocol.md 19.2, step 4).
+        if not _publish_record(tmp, record):
+            with contextlib.suppress(OSError):
+                os.unlink(pending.path)
+            continue  # another sender took the id meanwhile: we are its duplicate
         _commit(store, queue, pending.message_id, record)
         return pending.message_id, False
     raise StorageUnavailable("the deduplication record kept changing under this send")
 
 
 def sweep_dedup(store: Store, queue: QueueName, now_ms: int | None = None, min_age_ms: int = DEDUP_WINDOW_MS) -> int:
-    """Unlink the queue's deduplication records (and retired ``.old`` ones) older than ``min_age_ms``, by mtime.
+    """Unlink the queue's records (and retired ``.old``, leftover ``.tmp`` names) older than ``min_age_ms``, by mtime.
 
     Used by senders (:func:`send_fifo`, at most once a minute) and by mq-reaper's expiry sweep
     (``min_age_ms`` = :data:`REAPER_MIN_AGE_MS`). A record is never unlinked by the name it was
@@ -264,8 +314,8 @@ def sweep_dedup(store: Store, queue: QueueName, now_ms: int | None = None, min_a
                 with contextlib.suppress(OSError):
                     if entry.stat(follow_symlinks=False).st_mtime_ns >= cutoff_ns:
                         continue
-                    if entry.name.endswith(".old"):  # retired: never read again
-                        os.unlink(entry.path)
+                    if entry.name.endswith((".old", TMP_SUFFIX)):  # retired, or a crashed send's temporary
+                        os.unlink(entry.path)  # never read again
                     elif not _sweep_record(entry.path, cutoff_ns):
                         continue
                     removed += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,91 @@ def test_an_expired_or_torn_record_is_replaced(store: Store) -> None:
     old = store.clock() - disk.DEDUP_WINDOW_MS - 1000
     os.utime(record, ns=(old * 1_000_000, old * 1_000_000))
     assert disk.sweep_dedup(store, Q) == 1
+
+
+#: Senders (each its own Store on the root, as separate processes would be) and rounds of the race below.
+RACERS, RACE_ROUNDS = 6, 30
+
+
+def test_senders_racing_one_deduplication_id_store_one_message_and_a_reader_never_sees_a_torn_record(
+    store: Store,
+) -> None:
+    """docs/protocol.md 19.2 step 4: the record is linked into place complete, never created empty and then written."""
+    root = store.layout.root
+    qdir = store.layout.queue_dir(Q)
+    barrier = threading.Barrier(RACERS)
+    answers: list[list[str]] = [[] for _ in range(RACERS)]
+    failures: list[BaseException] = []
+    current = [""]  # the record path of the round in progress
+    torn: list[bytes] = []
+    reads = [0]
+    done = threading.Event()
+
+    def sender(k: int) -> None:
+        mine = Store(root)
+        try:
+            for i in range(RACE_ROUNDS):
+                barrier.wait(30)
+                if k == 0:
+                    current[0] = os.path.join(qdir, disk.DEDUP_PREFIX + disk.dedup_hash(f"id-{i}"))
+                barrier.wait(30)
+                answers[k].append(disk.send_fifo(mine, Q, message(b"m%d" % i, dedup=f"id-{i}"))[0])
+        except BaseException as exc:  # noqa: BLE001 - StorageUnavailable too: no send of this race may need a retry
+            failures.append(exc)
+            barrier.abort()
+
+    def reader() -> None:  # opens and reads the round's record as fast as it can, as a duplicate's step 1 does
+        while not done.is_set():
+            try:
+                with open(current[0], "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            reads[0] += 1
+            try:
+                json.loads(data)["message_id"]
+            except ValueError:
+                torn.append(data)
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(RACERS)]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    done.set()
+    watcher.join(10)
+    assert not failures, failures[0]
+    assert torn == [], f"{len(torn)} of {reads[0]} reads saw a record incomplete"
+    assert reads[0] > 0
+    for i in range(RACE_ROUNDS):
+        assert len({answers[k][i] for k in range(RACERS)}) == 1, f"round {i}: {[a[i] for a in answers]}"
+    stored = sorted(n.split(".")[0] for n in store.scan_ready(Q))
+    assert stored == sorted(answers[0]), "one message per round, the one every sender was answered"
+    assert os.listdir(store.layout.new) == []
+    assert not [n for n in os.listdir(qdir) if n.endswith((disk.TMP_SUFFIX, ".old"))]  # no temporary left
+
+
+def test_a_send_that_died_around_its_records_link_leaves_a_temporary_that_is_swept(store: Store) -> None:
+    record = os.path.join(store.layout.queue_dir(Q), disk.DEDUP_PREFIX + disk.dedup_hash("d"))
+    body = json.dumps({"message_id": MID, "at_ms": store.clock()}).encode()
+    # Died before the link: the temporary only; the id is free and the resend stores the message.
+    store.disk.write_file(f"{record}.{'a' * 32}{disk.TMP_SUFFIX}", body)
+    first, duplicate = disk.send_fifo(store, Q, message(b"one"))
+    assert not duplicate and first != MID and store.scan_ready(Q) == [f"{first}.0"]
+    # Died after the link, before unlinking the temporary: one file under two names; the record stands.
+    pending = disk._write_new(store, Q, message(b"two", dedup="e"))
+    second = os.path.join(store.layout.queue_dir(Q), disk.DEDUP_PREFIX + disk.dedup_hash("e"))
+    tmp = f"{second}.{'b' * 32}{disk.TMP_SUFFIX}"
+    store.disk.write_file(tmp, json.dumps({"message_id": pending.message_id, "at_ms": store.clock()}).encode())
+    os.link(tmp, second)
+    assert disk.send_fifo(store, Q, message(b"two", dedup="e")) == (pending.message_id, True)  # rolled forward
+    assert len(records(store)) == 4  # two records, two temporaries
+    assert disk.sweep_dedup(store, Q) == 0  # young: kept
+    later = store.clock() + disk.DEDUP_WINDOW_MS + 1
+    assert disk.sweep_dedup(store, Q, now_ms=later) == 4
+    assert records(store) == [] and sorted(store.scan_ready(Q)) == sorted([f"{first}.0", f"{pending.message_id}.0"])
 
 
 def records(store: Store, queue: QueueName = Q) -> list[str]:
