@@ -22,24 +22,12 @@ if [ ${#packages[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/
 fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
+# The type gate: mypy --strict over mqcore and daemons (config in pyproject.toml, [tool.mypy]).
+.venv/bin/python -m mypy
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of
 # them compiles the same modules again (PYTHONDONTWRITEBYTECODE=1 environments never cache them).
 .venv/bin/python -m compileall -q mqcore daemons
-# The type gate: mypy --strict over mqcore and daemons (config in pyproject.toml, [tool.mypy]). It runs
-# beside the tests, niced (about 25 s of one CPU from a cold cache, while the tests mostly wait on
-# daemons and subprocesses); its report follows the tests', and either failing fails the command.
-mypy_log="$(mktemp)"
-nice -n 10 .venv/bin/python -m mypy > "$mypy_log" 2>&1 &
-mypy_pid=$!
 # In parallel workers (pytest-xdist): most tests wait on daemons, timeouts and subprocesses, not on a CPU.
 # --dist loadgroup keeps each module, and each folder sharing one Spark cluster, GlusterFS volume or
 # Chromium, in one worker (tests/conftest.py). MQ_TEST_WORKERS=0 runs everything in this process.
-tests=0
-.venv/bin/python -m pytest -n "${MQ_TEST_WORKERS:-4}" --dist loadgroup "$@" || tests=$?
-types=0
-wait "$mypy_pid" || types=$?
-cat "$mypy_log"
-rm -f "$mypy_log"
-if [ "$types" != 0 ]; then echo "test.sh: mypy failed (exit $types)" >&2; fi
-if [ "$tests" != 0 ]; then exit "$tests"; fi
-exit "$types"
+exec .venv/bin/python -m pytest -n "${MQ_TEST_WORKERS:-4}" --dist loadgroup "$@"
