@@ -67,6 +67,8 @@ class Broker:
         self.store = Store(settings.root)
         #: The saver threads (at most ``--workers``): sends with group commit, and every other route's file calls.
         self.savers = Savers(self.store, settings.workers)
+        #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
+        self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
         self.queues = QueueStates(settings, self.store, self.savers)
         self.queue_names = QueueNames(self.store)
         #: The wake-up maps of :attr:`queues` (long polls; senders waiting for room), by queue.
@@ -113,6 +115,7 @@ class Broker:
             await self.begin_stop()
         await self.fifo_wakes.close()
         await self.queues.close()
+        self.remover.shutdown(wait=True)
         self.savers.shutdown(wait=True)
         self.store.close()
         self.health.close()
@@ -459,7 +462,7 @@ class Broker:
     # -- delete and visibility ----------------------------------------------------
 
     def _sync_removed(self) -> None:
-        """After a batch of deletes (fetcher thread): make their renames into ``remove/`` durable (group commit).
+        """After a batch of deletes (remover thread): make their renames into ``remove/`` durable (group commit).
 
         Raises:
             StorageUnavailable: The fsync failed; every delete of the batch answers 503.
@@ -473,10 +476,9 @@ class Broker:
         case a single rename; when they miss (another process moved the
         message, or a redelivery's inotify event is still queued), the store
         lists ``delay/`` and the queue directory before answering 404. The
-        rename runs on the queue's fetcher thread, after the receives handed
-        over before it; the deletes of its batch are made durable by one fsync
-        of ``remove/`` before any of them is answered (the batch's receives are
-        answered before that fsync).
+        rename runs on the remover thread, beside the fetchers' leases, and the
+        deletes of its batch are made durable by one fsync of ``remove/``
+        before any of them is answered.
         """
         in_flight = self.leases.pop_message(queue, message_id)
         ready_hints = [ready_name(message_id, 0)]
@@ -494,11 +496,10 @@ class Broker:
         if indexed:
             ready_hints.insert(0, indexed)
         in_flight_hint = [in_flight] if in_flight else []
-        where = await self.queues.fetcher_for(queue).thread.run_then(
-            self._sync_removed,
+        where = await self.remover.run(
             lambda: self.store.delete(
                 queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
-            ),
+            )
         )
         if indexed and state is not None:
             state.index.discard(indexed)
@@ -510,7 +511,7 @@ class Broker:
     async def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle) -> tuple[str, str]:
         """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
 
-        The rename runs on the queue's fetcher thread, whose batch's deletes are
+        The rename runs on the remover thread, whose batch's deletes are
         made durable by one fsync of ``remove/`` before any of them is answered.
 
         Args:
@@ -524,9 +525,7 @@ class Broker:
             MessageNotFound: Already gone (404).
         """
         hint = self.leases.current(handle)
-        where = await self.queues.fetcher_for(queue).thread.run_then(
-            self._sync_removed, lambda: self.store.delete_by_handle(queue, handle, hint, sync=False)
-        )
+        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
         self._deleted_by_handle(queue, handle, where)
         return handle.message_id, where
 
@@ -545,7 +544,7 @@ class Broker:
     async def delete_by_handles(
         self, queue: QueueName, handles: list[ReceiptHandle]
     ) -> list[tuple[str, str] | MQError]:
-        """:meth:`delete_by_handle` for several handles of one queue in one job of its fetcher thread.
+        """:meth:`delete_by_handle` for several handles of one queue in one job of the remover thread.
 
         The same renames and the same one fsync of ``remove/`` as that many concurrent
         :meth:`delete_by_handle` calls (their jobs share a batch), without a task, a future and a
@@ -567,7 +566,7 @@ class Broker:
             return out
 
         try:
-            wheres = await self.queues.fetcher_for(queue).thread.run_then(self._sync_removed, delete_all)
+            wheres = await self.remover.run(delete_all)
         except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
             return [copy.copy(exc) for _ in handles]
         results: list[tuple[str, str] | MQError] = []

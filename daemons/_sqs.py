@@ -612,7 +612,7 @@ async def _batch(
 
 
 async def delete_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """DeleteMessageBatch: each entry as DeleteMessage, in one job of the queue's fetcher (Broker.delete_by_handles).
+    """DeleteMessageBatch: each entry as DeleteMessage, in one job of the remover thread (Broker.delete_by_handles).
 
     One rename per entry and one fsync of ``remove/`` for the batch, as concurrent deletes; a
     stale handle or a message already gone is a success, as DeleteMessage's.

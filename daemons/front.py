@@ -5,8 +5,8 @@ savers (``daemons._savers``, one pool for every route, started as work needs
 them: each send's files written and fsynced, the renames of a batch published
 with one group-committed directory fsync; queue administration, change of
 visibility, redrive) and N fetchers (``daemons._handoff``, each started by its
-first job; a queue's deletes run on its fetcher too, one fsync of ``remove/``
-per batch). All receives of one queue run on one fetcher,
+first job), plus one remover thread (deletes, one fsync of ``remove/`` per
+batch, started by its first delete). All receives of one queue run on one fetcher,
 chosen by a hash of the queue name, leased in batches in index order: with
 ``--peers 0`` a queue is strictly FIFO. Each fetcher keeps an in-memory index
 of its queues' ready files, filled by one listing when a queue is first used
