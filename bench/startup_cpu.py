@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ DAEMONS = {
     "mq-mover": ("daemons.mover", [], "mq-mover ready"),
     "mq-reaper": ("daemons.reaper", [], "mq-reaper ready"),
 }
-READY_TIMEOUT_SECONDS = 60.0
 
 
 def _env(path: str) -> dict[str, str]:
@@ -73,11 +71,13 @@ def run_once(argv: list[str], env: dict[str, str], cwd: str) -> float:
     return _rusage_ms(proc)
 
 
-def start_once(name: str, env: dict[str, str], cwd: str, root: str) -> tuple[float, float, str | None]:
-    """Start daemon ``name`` on ``root`` to its readiness line, then stop it.
+def spawn_ready(name: str, env: dict[str, str], cwd: str, root: str) -> tuple[subprocess.Popen[str], str | None]:
+    """Start daemon ``name`` on ``root`` and read its stderr up to its readiness line.
 
     Returns:
-        (CPU at the readiness line in ms, CPU of the whole life in ms, mq's URL or None).
+        (the process, mq's URL or None).
+    Raises:
+        RuntimeError: It exited before its readiness line.
     """
     module, args, ready = DAEMONS[name]
     proc = subprocess.Popen(
@@ -90,25 +90,38 @@ def start_once(name: str, env: dict[str, str], cwd: str, root: str) -> tuple[flo
         text=True,
     )
     assert proc.stderr is not None
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    url = None
     for line in proc.stderr:
         if ready in line:
             match = re.search(r"(http://[^\s/]+)", line)
-            url = match.group(1) if match else None
-            break
-        if time.monotonic() > deadline:
-            break
-    else:
-        raise RuntimeError(f"{name} exited before ready: {proc.wait()}")
-    at_ready = _threads_cpu_ms(proc.pid)
+            return proc, match.group(1) if match else None
+    raise RuntimeError(f"{name} exited before ready: {proc.wait()}")
+
+
+def stop(proc: subprocess.Popen[str]) -> float:
+    """SIGTERM ``proc``, read its stderr to the end and return the CPU of its whole life in ms.
+
+    Raises:
+        RuntimeError: It exited non-zero.
+    """
+    assert proc.stderr is not None
     proc.send_signal(signal.SIGTERM)
     proc.stderr.read()  # to the end: its last lines must not meet a closed pipe
     proc.stderr.close()
     total = _rusage_ms(proc)
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} exited {proc.returncode} on SIGTERM")
-    return at_ready, total, url
+        raise RuntimeError(f"{proc.args} exited {proc.returncode} on SIGTERM")
+    return total
+
+
+def start_once(name: str, env: dict[str, str], cwd: str, root: str) -> tuple[float, float]:
+    """Start daemon ``name`` on ``root`` to its readiness line, then stop it.
+
+    Returns:
+        (CPU at the readiness line in ms, CPU of the whole life in ms).
+    """
+    proc, _url = spawn_ready(name, env, cwd, root)
+    at_ready = _threads_cpu_ms(proc.pid)
+    return at_ready, stop(proc)
 
 
 def main() -> int:
@@ -125,22 +138,7 @@ def main() -> int:
     ctl_root = os.path.join(work, "ctl-root")
     os.makedirs(os.path.join(ctl_root), exist_ok=True)
     first = next(iter(variants.values()))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daemons.front", "--root", ctl_root, "--port", "0"],
-        env=_env(first),
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert server.stderr is not None
-    url = None
-    for line in server.stderr:
-        match = re.search(r"mq listening on (http://[^\s/]+)", line)
-        if match:
-            url = match.group(1)
-            break
+    server, url = spawn_ready("mq", _env(first), work, ctl_root)
     assert url, "the mq for mqctl did not start"
     runs = 0
     try:
@@ -152,7 +150,7 @@ def main() -> int:
                     add(f"{daemon} --help", []).append(run_once([sys.executable, "-m", module, "--help"], env, work))
                     runs += 1
                     root = os.path.join(work, f"r{runs}")
-                    at_ready, total, _ = start_once(daemon, env, work, root)
+                    at_ready, total = start_once(daemon, env, work, root)
                     add(f"{daemon} start to ready", []).append(at_ready)
                     add(f"{daemon} start to exit", []).append(total)
                 ctl = [sys.executable, "-m", "mqcore.ctl"]
@@ -162,8 +160,7 @@ def main() -> int:
                     add(f"mqctl {flag} queues list", []).append(run_once(argv, env, work))
                 print(f"round {round_no + 1} {name} done", file=sys.stderr)
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
+        stop(server)
     result = {
         "unit": "ms of CPU (user + sys) per process",
         "rounds": opts.rounds,
