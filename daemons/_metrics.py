@@ -28,24 +28,22 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-import click
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mqcore.errors import ConfigError
 from mqcore.names import parse_ready_name, sent_ms_of
 from mqcore.protocol import STORAGE_HOOKS, Store, now_ms
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from daemons._broker import Broker
 
 logger = logging.getLogger("mq.metrics")
-T = TypeVar("T")
 
 # No ``_created`` series: they double the output and no dashboard here reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -155,6 +153,7 @@ class RequestTimes:
 
 def metrics_middleware(times: RequestTimes) -> Callable[..., Awaitable[web.StreamResponse]]:
     """An aiohttp middleware that times every request into ``times`` (two clock reads and a dict lookup)."""
+    from aiohttp import web  # here, not at the top: mq-mover and mq-reaper import this module without aiohttp
 
     @web.middleware
     async def middleware(
@@ -446,6 +445,8 @@ class BrokerMetrics:
 
     async def handle(self, request: web.Request) -> web.Response:
         """``GET /metrics``: the Prometheus text format (or OpenMetrics if the scraper asks for it)."""
+        from aiohttp import web  # mq has imported it long before; mq-mover and mq-reaper never do
+
         await self.collector.refresh()
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         source = self.registry if self.combine is None else await self.combine(self.registry)
@@ -581,61 +582,3 @@ class ReaperMetrics:
     def expired_ready(self, queue: str, n: int) -> None:
         """Count ``n`` ready messages of ``queue`` moved to remove/ by an expiry sweep."""
         self.expired.labels(self.labels(queue), "ready").inc(n)
-
-
-def metrics_options(env_prefix: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The ``--metrics-port`` and ``--metrics-address`` options of mq-mover or mq-reaper.
-
-    Args:
-        env_prefix: Prefix of their environment variables, e.g. ``MQ_MOVER`` (-> ``MQ_MOVER_METRICS_PORT``).
-    """
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn = click.option(
-            "--metrics-address",
-            default="127.0.0.1",
-            envvar=f"{env_prefix}_METRICS_ADDRESS",
-            show_envvar=True,
-            show_default=True,
-            help="Address of the /metrics listener (with --metrics-port).",
-        )(fn)
-        return click.option(
-            "--metrics-port",
-            type=int,
-            default=0,
-            envvar=f"{env_prefix}_METRICS_PORT",
-            show_envvar=True,
-            show_default=True,
-            help="Serve Prometheus metrics on this TCP port at /metrics (0 = off).",
-        )(fn)
-
-    return decorate
-
-
-def check_metrics_port(port: int) -> None:
-    """Raise ConfigError unless ``port`` is 0 (off) or a TCP port, 1-65535."""
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"metrics-port must be 0 (off) or 1-65535, got {port}", key="metrics_port")
-
-
-def start_daemon_metrics(
-    name: str, root: str, port: int, address: str, make: Callable[[CollectorRegistry], T]
-) -> tuple[T | None, Callable[[], None]]:
-    """Start mq-mover's or mq-reaper's metrics listener when ``port`` is set.
-
-    Returns:
-        (the daemon's metrics made by ``make`` on the registry, or None when off;
-        the function that stops the listener).
-    Raises:
-        ConfigError: The port cannot be bound.
-    """
-    if not port:
-        return None, lambda: None
-    registry, _storage = daemon_registry(root)
-    metrics = make(registry)
-    try:
-        stop = serve_metrics(port, address, registry)
-    except OSError as exc:
-        raise ConfigError(f"{name} cannot listen on {address}:{port} for metrics: {exc.strerror}") from exc
-    logger.info("%s metrics on http://%s:%d/metrics", name, address, port)
-    return metrics, stop

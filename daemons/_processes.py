@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import json
 import logging
@@ -247,6 +246,8 @@ def worker_from_environment() -> tuple[Settings, WorkerLink] | None:
 
 def _die_with_parent(parent: int) -> None:
     """Get SIGTERM when the supervisor dies, and stop at once if it already has (Linux prctl)."""
+    import ctypes  # here: only ``mq --processes`` workers need it
+
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:

@@ -18,12 +18,10 @@ import os
 import signal
 import socket
 import sys
-import tomllib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
-import uvloop
 
 from daemons import stop_early_on_signals
 from mqcore.errors import ConfigError
@@ -54,6 +52,8 @@ def load_config_file(path: str, section: str, known: set[str]) -> dict[str, Any]
         ConfigError: The file is unreadable or not TOML, or holds an unknown
             key (a typo must not be ignored silently).
     """
+    import tomllib  # here: only a daemon started with --config reads TOML
+
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -223,6 +223,7 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
     by signal 15".
     """
     stop_early_on_signals()
+    import uvloop  # here: ``--help``, a usage error or a bad setting exits before any event loop
 
     async def guarded() -> int:
         try:

@@ -56,10 +56,11 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 
-from daemons._metrics import MoverMetrics, check_metrics_port, metrics_options, start_daemon_metrics
+from daemons._metrics_cli import check_metrics_port, metrics_options, start_daemon_metrics
 from daemons._runtime import (
     check_interval,
     check_log_level,
@@ -73,6 +74,11 @@ from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import InFlightName, QueueName, parse_in_flight_name
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.watch import DirWatcher, open_watcher
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from daemons._metrics import MoverMetrics
 
 logger = logging.getLogger("mq.mover")
 
@@ -387,6 +393,13 @@ def _log_result(item: InFlightName, result: str | Exception, dead_letter_queue: 
         logger.debug("already gone queue=%s id=%s name=%s", item.queue, item.message_id, item.filename)
 
 
+def _make_metrics(registry: CollectorRegistry) -> MoverMetrics:
+    """mq-mover's counters on ``registry`` (prometheus-client is imported only with ``--metrics-port``)."""
+    from daemons._metrics import MoverMetrics
+
+    return MoverMetrics(registry)
+
+
 async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:
     """Run mq-mover until ``shutdown_trigger`` is set (or SIGTERM/SIGINT without one).
 
@@ -399,7 +412,7 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
             internal one. The current batch of renames is finished first.
     """
     metrics, stop_metrics = start_daemon_metrics(
-        "mq-mover", settings.root, settings.metrics_port, settings.metrics_address, MoverMetrics
+        "mq-mover", settings.root, settings.metrics_port, settings.metrics_address, _make_metrics
     )
 
     def make(store: Store) -> Mover:

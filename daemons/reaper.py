@@ -53,11 +53,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from daemons._metrics import ReaperMetrics, check_metrics_port, metrics_options, start_daemon_metrics
+from daemons._metrics_cli import check_metrics_port, metrics_options, start_daemon_metrics
 from daemons._runtime import (
     check_interval,
     check_log_level,
@@ -73,6 +73,11 @@ from mqcore.names import REMOVED_QUEUE_SUFFIX, is_fifo_queue
 from mqcore.protocol import Store
 from mqcore.protocol.fifo import REAPER_MIN_AGE_MS, sweep_dedup
 from mqcore.watch import DirWatcher, open_watcher
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from daemons._metrics import ReaperMetrics
 
 logger = logging.getLogger("mq.reaper")
 
@@ -452,6 +457,13 @@ class Reaper(WatchedDirDaemon):
         )
 
 
+def _make_metrics(registry: CollectorRegistry) -> ReaperMetrics:
+    """mq-reaper's counters on ``registry`` (prometheus-client is imported only with ``--metrics-port``)."""
+    from daemons._metrics import ReaperMetrics
+
+    return ReaperMetrics(registry)
+
+
 async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | None = None) -> None:
     """Run mq-reaper until ``shutdown_trigger`` is set (or SIGTERM/SIGINT without one).
 
@@ -465,7 +477,7 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
             internal one. The current batch of unlinks is finished first.
     """
     metrics, stop_metrics = start_daemon_metrics(
-        "mq-reaper", settings.root, settings.metrics_port, settings.metrics_address, ReaperMetrics
+        "mq-reaper", settings.root, settings.metrics_port, settings.metrics_address, _make_metrics
     )
 
     def make(store: Store) -> Reaper:

@@ -22,8 +22,14 @@ if [ ${#packages[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/
 fi
 .venv/bin/ruff check .
 .venv/bin/lint-imports --no-cache
+# pytest rewrites the asserts of every test module and of its plugins' packages (schemathesis, hypothesis, anyio) in
+# each worker: ~11 s of CPU per worker where PYTHONDONTWRITEBYTECODE=1 keeps it from caching them. One collection
+# that may write that cache, on the core mypy leaves idle, lets every worker read it (docs/performance.md).
+PYTHONDONTWRITEBYTECODE='' .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider > /dev/null 2>&1 &
+warm=$!
 # The type gate: mypy --strict over mqcore and daemons (config in pyproject.toml, [tool.mypy]).
-.venv/bin/python -m mypy
+.venv/bin/python -m mypy || { kill "$warm" 2> /dev/null; exit 1; }
+wait "$warm" || true  # a collection error shows again in the run itself
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of
 # them compiles the same modules again (PYTHONDONTWRITEBYTECODE=1 environments never cache them).
 .venv/bin/python -m compileall -q mqcore daemons

@@ -13,6 +13,7 @@ daemon still running gets SIGTERM and must exit 0 (STYLE.md, Tests; dramatiq
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import re
@@ -76,6 +77,8 @@ class Daemon:
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        #: Set at the readiness line or at the end of stderr (the process exited), whichever comes first.
+        self._settled = threading.Event()
         self._reader: threading.Thread | None = None
         self._terminated = False
 
@@ -101,6 +104,7 @@ class Daemon:
         self.starts += 1
         self._append(f"--- test harness: start #{self.starts}: {' '.join(self.command)}")
         self._ready.clear()
+        self._settled = threading.Event()  # one per process: a late end of the last one's stderr must not count
         self.url = None
         self._terminated = False
         self.proc = subprocess.Popen(
@@ -111,7 +115,9 @@ class Daemon:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        self._reader = threading.Thread(target=self._drain, args=(self.proc,), name=f"{self.name}-stderr", daemon=True)
+        self._reader = threading.Thread(
+            target=self._drain, args=(self.proc, self._settled), name=f"{self.name}-stderr", daemon=True
+        )
         self._reader.start()
         return self
 
@@ -126,10 +132,20 @@ class Daemon:
         assert self.proc is not None and self._reader is not None
         timeout = READY_TIMEOUT_SECONDS if timeout is None else timeout
         deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.01):
+        # Woken at once by the readiness line or the end of stderr; the 0.5 s turns only look for an exit
+        # whose stderr stays open (a child holding it), instead of 100 wake-ups a second per daemon.
+        while not self._ready.is_set():
+            self._settled.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            if self._ready.is_set():
+                break
+            if self._settled.is_set():  # its stderr ended: the process is exiting
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(5)
             if self.proc.poll() is not None:
                 self._reader.join(5)
                 raise DaemonError(f"{self.name} exited with {self.proc.returncode} before ready\n{self.log}")
+            if self._settled.is_set():
+                raise DaemonError(f"{self.name} closed its stderr before ready\n{self.log}")
             if time.monotonic() > deadline:
                 raise DaemonError(f"{self.name} not ready after {timeout} s\n{self.log}")
         return self
@@ -138,7 +154,7 @@ class Daemon:
         """:meth:`start` from a thread, so concurrent clients in the event loop keep running."""
         return await asyncio.to_thread(self.start)
 
-    def _drain(self, proc: subprocess.Popen[bytes]) -> None:
+    def _drain(self, proc: subprocess.Popen[bytes], settled: threading.Event) -> None:
         assert proc.stderr is not None
         with proc.stderr:
             for raw in proc.stderr:
@@ -150,6 +166,8 @@ class Daemon:
                         if match:
                             self.url = match.group(1)
                     self._ready.set()
+                    settled.set()
+        settled.set()
 
     def _append(self, line: str) -> None:
         with self._lock:
