@@ -67,6 +67,29 @@ def _pin_to_mq_cpu() -> None:
     os.sched_setaffinity(0, {MQ_CPU})
 
 
+#: Where ``--mq-cpu-quota`` puts mq and mq-mover: a cgroup (v1) of the ``cpu`` controller, one per bench run.
+CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
+
+
+def limit_cpu(pids: list[int], cores: float) -> Path:
+    """Put ``pids`` in a new cgroup whose CPU time is at most ``cores`` cores (CFS quota); its directory.
+
+    Raises:
+        SystemExit: No writable cgroup v1 ``cpu`` controller (needs root).
+    """
+    group = CPU_CGROUP / f"bench-sqs-{os.getpid()}"
+    try:
+        group.mkdir()
+        period = 100_000
+        (group / "cpu.cfs_period_us").write_text(str(period))
+        (group / "cpu.cfs_quota_us").write_text(str(int(period * cores)))
+        for pid in pids:
+            (group / "cgroup.procs").write_text(str(pid))  # every thread of the process moves with it
+    except OSError as exc:
+        raise SystemExit(f"--mq-cpu-quota needs a writable cgroup v1 cpu controller at {CPU_CGROUP}: {exc}") from None
+    return group
+
+
 def start_stack(root: Path, pin: bool = False) -> tuple[list[subprocess.Popen[bytes]], str]:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -348,6 +371,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="spread the client threads of each side over this many processes (default 1: threads of this one)",
     )
+    p.add_argument(
+        "--mq-cpu-quota",
+        type=float,
+        default=None,
+        metavar="CORES",
+        help="mq and mq-mover get at most this many cores (cgroup CPU quota, root): mq, not the clients, the limit",
+    )
     args = p.parse_args(argv)
     if args.pin and len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("--pin needs two CPUs")
@@ -355,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin:
         os.sched_setaffinity(0, {CLIENT_CPU})  # before the client threads and processes start: they inherit it
     clients: Clients | None = None
+    group: Path | None = None
     try:
+        if args.mq_cpu_quota:
+            group = limit_cpu([proc.pid for proc in procs], args.mq_cpu_quota)
         for name, _ in SIDES:
             conn = http.client.HTTPConnection(*urllib.parse.urlsplit(url).netloc.split(":"))
             conn.request("PUT", f"/bench-{name}")
@@ -413,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "client_processes": args.client_processes,
             "pinned": args.pin,
+            "mq_cpu_quota": args.mq_cpu_quota,
             "batch": BATCH,
             "body_bytes": len(BODY),
             "rounds": args.rounds,
@@ -440,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+        if group is not None:
+            group.rmdir()
         shutil.rmtree(args.root, ignore_errors=True)
     return 0
 
