@@ -24,7 +24,12 @@ on CPU 0 only and every client thread and process on CPU 1 only, the same for bo
 client's CPU no longer takes cycles from mq. ``--client-processes N`` spreads the client threads
 over N processes (one GIL each). Both are recorded in the JSON, with the share of a core each
 side's clients and ``mq`` kept busy in each round (``*_cores_busy``): a side whose clients are
-near 1.0 when pinned was limited by its clients, not by mq.
+near 1.0 when pinned was limited by its clients, not by mq. ``--mq-cpu-quota CORES`` (root: a
+cgroup v1 ``cpu`` quota) gives mq and mq-mover at most that many cores, so mq, not the clients'
+core, is the limit of both sides (a boto3 consumer needs ~5x the client CPU per message of
+``http.client``; docs/performance.md "SQS receive + delete: what limits the boto3 side")::
+
+    .venv/bin/python bench/sqs.py --threads 8 --pin --client-processes 4 --mq-cpu-quota 0.5
 """
 
 from __future__ import annotations
