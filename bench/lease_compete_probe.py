@@ -27,17 +27,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lease_race_probe import VISIBILITY_MS, _burn  # the same busy loop and visibility as the barrier races
+
 from mqcore.names import QueueName
 from mqcore.protocol import SendEntry, Store
-
-VISIBILITY_MS = 600_000
-
-
-def _burn(stop: Any) -> None:
-    x = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            x += 1
 
 
 def _consumer(root: str, queue: str, threads: int, out: Any) -> None:
