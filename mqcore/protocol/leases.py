@@ -70,7 +70,8 @@ class Leases(Queues):
             policy: Dead-letter, retention and purge rules of the queue.
         Returns:
             The message, or None if the file was gone (another consumer or a
-            delete got it first), unreadable (moved to ``remove/`` if torn),
+            delete got it first; also when the rename returned 0 but the lease's
+            name is absent afterwards, docs/protocol.md 13.5), unreadable (moved to ``remove/`` if torn),
             or removed or dead-lettered by the policy.
         """
         parsed = parse_ready_name(filename)
@@ -124,6 +125,13 @@ class Leases(Queues):
                 # 13.3). Had our rename happened after all, the lease name is ours alone and the mover
                 # redelivers it at its deadline.
                 lost_race("rename", exc)
+                return None
+            if not os.path.lexists(self.layout.delay_path(leased)):
+                # The rename said 0 but nothing was renamed: GlusterFS's FUSE client answers a rename whose source
+                # another host moved away meanwhile with error 0 ("src resolution failed", section 13.5). The
+                # file we opened is someone else's lease now: taken. (A lease name is ours alone, so only such a
+                # phantom rename, or a delete or redelivery of the lease since, leaves it absent: taken too.)
+                lost_race("rename", OSError(errno.ENOENT, "lease name absent after its rename"))
                 return None
             if count == 0:
                 first_receive_ms = now
