@@ -121,6 +121,26 @@ def is_queue_prefix(value: object) -> bool:
     return isinstance(value, str) and _PREFIX_RE.fullmatch(value) is not None
 
 
+#: Longest MessageGroupId / MessageDeduplicationId, in characters (SQS: 128).
+MAX_FIFO_ID_CHARS = 128
+_FIFO_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_FIFO_ID_CHARS}}}")
+
+
+def check_fifo_id(value: object, parameter: str) -> str:
+    """A MessageGroupId or MessageDeduplicationId: 1-128 characters of ``[!-~]`` (SQS: alphanumeric and punctuation).
+
+    Raises:
+        InvalidRequest: Anything else (``details["parameter"]`` = ``parameter``).
+    """
+    if not isinstance(value, str) or not _FIFO_ID_RE.fullmatch(value):
+        raise InvalidRequest(
+            f"{parameter} must be 1-{MAX_FIFO_ID_CHARS} characters of letters, digits and punctuation (SQS)",
+            parameter=parameter,
+            value=cap(value) if isinstance(value, str) else None,
+        )
+    return value
+
+
 def check_message_id(value: str) -> MessageId:
     """Return ``value`` as a :data:`MessageId` if it is a lowercase canonical UUIDv7.
 

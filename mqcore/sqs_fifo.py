@@ -12,8 +12,8 @@ from typing import Any
 
 from mqcore.attributes import QueueAttributes
 from mqcore.model import ReceivedMessage
-from mqcore.names import is_fifo_queue
-from mqcore.service.fifo import MAX_FIFO_ID_CHARS, message_fields, sequence_number
+from mqcore.names import MAX_FIFO_ID_CHARS, is_fifo_queue
+from mqcore.service.fifo import message_fields, sequence_number
 
 #: FIFO queue attributes GetQueueAttributes reports for a FIFO queue (values: see :func:`queue_attributes_out`).
 FIFO_QUEUE_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")

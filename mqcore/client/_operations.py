@@ -35,7 +35,7 @@ from mqcore.attributes import MAX_WAIT_SECONDS
 from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
-from mqcore.names import check_message_id, check_queue_name
+from mqcore.names import check_fifo_id, check_message_id, check_queue_name
 
 T = TypeVar("T")
 
@@ -241,24 +241,12 @@ def send(
         headers["X-Message-Attributes"] = _attributes_header(attributes)
     # FIFO queues (docs/api.md "FIFO queues"); checked here too, as a header cannot carry every string.
     if group_id is not None:
-        headers["X-Message-Group-Id"] = _check_fifo_id(group_id, "group_id")
+        headers["X-Message-Group-Id"] = check_fifo_id(group_id, "group_id")
     if deduplication_id is not None:
-        headers["X-Message-Deduplication-Id"] = _check_fifo_id(deduplication_id, "deduplication_id")
+        headers["X-Message-Deduplication-Id"] = check_fifo_id(deduplication_id, "deduplication_id")
     # A send to a full queue may wait up to capacity_wait_seconds (0-20) for room.
     answer = yield Request("POST", path, content=data, headers=headers, extra_read_seconds=MAX_WAIT_SECONDS)
     return str(answer.json()["message_id"])
-
-
-def _check_fifo_id(value: str, parameter: str) -> str:
-    """:func:`mqcore.service.fifo.check_fifo_id`, imported at the first FIFO send: that module brings the whole
-    storage protocol, which a client over HTTP (and every mqctl command with ``--url``) otherwise never imports.
-
-    Raises:
-        InvalidRequest: Not 1-128 characters of ``[!-~]`` (SQS).
-    """
-    from mqcore.service.fifo import check_fifo_id
-
-    return check_fifo_id(value, parameter)
 
 
 def _batch_item(entry: bytes | str | BatchEntry) -> dict[str, Any]:

@@ -29,15 +29,22 @@ import contextlib
 import hashlib
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
 
-from mqcore.errors import InvalidRequest, MQError, QueueNotFound, cap
+from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.fsinfo import dir_stamp
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_ready_name, sent_ms_of
+from mqcore.names import (
+    MessageId,
+    QueueName,
+    ReceiptHandle,
+    check_fifo_id,
+    is_fifo_queue,
+    parse_ready_name,
+    sent_ms_of,
+)
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.protocol.fifo import FifoSend, read_fifo_header, send_fifo
 from mqcore.protocol.send import SendEntry
@@ -45,9 +52,6 @@ from mqcore.service.receive import LeaseOutcome
 
 logger = logging.getLogger("mq.service")
 
-#: Longest MessageGroupId / MessageDeduplicationId, in characters (SQS: 128).
-MAX_FIFO_ID_CHARS = 128
-_FIFO_ID_RE = re.compile(rf"[\x21-\x7e]{{1,{MAX_FIFO_ID_CHARS}}}")
 #: Names mq's fetcher pops per round of a FIFO receive, so that messages of blocked groups are passed in
 #: few rounds (each round lists ``delay/``); the ones not tried go back to the index.
 FIFO_ROUND_NAMES = 1000
@@ -56,21 +60,6 @@ GROUP_CACHE_SIZE = 100_000
 
 _groups: dict[str, tuple[str, str]] = {}
 _groups_lock = threading.Lock()
-
-
-def check_fifo_id(value: object, parameter: str) -> str:
-    """A MessageGroupId or MessageDeduplicationId: 1-128 characters of ``[!-~]`` (SQS: alphanumeric and punctuation).
-
-    Raises:
-        InvalidRequest: Anything else (``details["parameter"]`` = ``parameter``).
-    """
-    if not isinstance(value, str) or not _FIFO_ID_RE.fullmatch(value):
-        raise InvalidRequest(
-            f"{parameter} must be 1-{MAX_FIFO_ID_CHARS} characters of letters, digits and punctuation (SQS)",
-            parameter=parameter,
-            value=cap(value) if isinstance(value, str) else None,
-        )
-    return value
 
 
 def fifo_message(
