@@ -104,8 +104,9 @@ async def test_a_step_runs_once_for_the_jobs_that_named_it_and_the_others_are_an
         another = handoff.run_then(step, lambda: 2)
         gate.set()
         assert await blocked is True
-        assert await asyncio.wait_for(receive, 4) == "leased"  # answered while the batch's step is held
-        assert step_started.is_set()
+        assert await asyncio.wait_for(receive, 4) == "leased"  # answered before the batch's step...
+        # ...which then starts on the thread and is held (its start may come after the receive's delivery)
+        assert await asyncio.to_thread(step_started.wait, 4)
         assert not any(future.done() for future in [*deletes, another])
         release_step.set()
         assert await asyncio.gather(*deletes, another) == [0, 1, 2]
