@@ -212,6 +212,34 @@ class Gluster:
         return self.state.joinpath("bricks", f"b{brick}", *parts)
 
 
+#: Most lines of GlusterFS's own logs attached to a failed cluster test's report.
+LOG_LINES_ON_FAILURE = 200
+
+
+def gluster_log_lines(state: Path, limit: int = LOG_LINES_ON_FAILURE) -> str:
+    """The warnings and errors of the volume's logs (FUSE clients ``h*.log``, glusterd), newest last.
+
+    A cluster failure is often GlusterFS's doing (e.g. the client's ``src resolution failed`` behind
+    docs/protocol.md 13.5), and ``scripts/gluster.sh down`` removes these logs when the session ends,
+    so CI's output of a failed test must carry them.
+    """
+    lines: list[str] = []
+    for log in sorted(state.joinpath("log").glob("*.log")):
+        with open(log, errors="replace") as f:
+            lines += [f"{log.name}: {line.rstrip()}" for line in f if re.search(r"\] [EWC] \[", line)]
+    return "\n".join(lines[-limit:]) or "(no warning or error lines)"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach the volume's warning and error log lines to the report of a failed cluster test."""
+    report = yield
+    volume = getattr(item, "funcargs", {}).get("gluster")
+    if report.failed and isinstance(volume, Gluster):
+        report.sections.append((f"GlusterFS logs ({report.when})", gluster_log_lines(volume.state)))
+    return report
+
+
 @pytest.fixture(scope="session")
 def gluster() -> Iterator[Gluster]:
     """The session's GlusterFS volume, mounted once per host (built once, removed at the end)."""
