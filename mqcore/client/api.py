@@ -39,9 +39,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, Unpack, runtime_checkable
 
-from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage, json_body
+from mqcore.client.types import (
+    JSON_CONTENT_TYPE,
+    BatchEntry,
+    Message,
+    MessageOptions,
+    PeekedMessage,
+    PeekOptions,
+    PeekPage,
+    ReceiveOptions,
+    SendOptions,
+    json_body,
+)
 from mqcore.errors import MQError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
 
@@ -157,18 +168,11 @@ class QueueClient(Protocol):
 
     # -- sending --
 
-    def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
+    def send(self, queue: str, body: bytes | str, **options: Unpack[SendOptions]) -> str:
         """Send one message (``POST /{queue}/messages``; SQS SendMessage); durable when this returns.
+
+        The options are keyword arguments, each optional, typed by
+        :class:`~mqcore.client.types.SendOptions` (mypy checks their names and types at the call).
 
         Args:
             queue: Queue name.
@@ -200,37 +204,22 @@ class QueueClient(Protocol):
             ConnectionFailed: No answer; the message may or may not have been stored (a retry
                 after a lost answer can store it twice: delivery is at least once; on a FIFO
                 queue a retry with the same deduplication id within 5 minutes stores it once).
-            TypeError: ``body`` is neither bytes nor str.
+            TypeError: ``body`` is neither bytes nor str, or an option is not one of these.
         """
         ...
 
-    def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
+    def send_json(self, queue: str, value: Any, **options: Unpack[MessageOptions]) -> str:
         """Send ``json.dumps(value)`` as UTF-8 with content type ``application/json`` (SMQ's payloads).
 
         Read it back with :meth:`Message.json <mqcore.client.types.Message.json>`. Arguments and
-        errors as :meth:`send` (``group_id`` and ``deduplication_id`` for a FIFO queue).
+        errors as :meth:`send`, but no ``content_type`` (the options:
+        :class:`~mqcore.client.types.MessageOptions`; ``group_id`` and ``deduplication_id`` for a
+        FIFO queue).
 
         Raises:
             TypeError: ``value`` is not JSON-serialisable (before anything is sent).
         """
-        return self.send(
-            queue,
-            json_body(value),
-            content_type=JSON_CONTENT_TYPE,
-            attributes=attributes,
-            delay_seconds=delay_seconds,
-            group_id=group_id,
-            deduplication_id=deduplication_id,
-        )
+        return self.send(queue, json_body(value), content_type=JSON_CONTENT_TYPE, **options)
 
     def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
@@ -261,23 +250,17 @@ class QueueClient(Protocol):
 
     # -- receiving --
 
-    def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]:
+    def receive(self, queue: str, **options: Unpack[ReceiveOptions]) -> list[Message]:
         """Receive up to ``max_messages`` ready messages, oldest first (``GET /{queue}/messages``; SQS ReceiveMessage).
 
         Each message stays in flight (invisible) for the visibility timeout; delete it with
         :meth:`delete` / :meth:`ack` before then, or it is delivered again with a higher receive
         count (and dead-lettered past the queue's ``max_receive_count``). Brokerless, due in-flight
         and delayed messages of the queue are made ready first, so this works with no mq-mover.
+
+        The options are keyword arguments, each optional, typed by
+        :class:`~mqcore.client.types.ReceiveOptions` (their defaults:
+        :data:`~mqcore.client.types.RECEIVE_DEFAULTS`).
 
         Args:
             queue: Queue name.
@@ -299,6 +282,7 @@ class QueueClient(Protocol):
         Raises:
             InvalidRequest: A parameter out of range, or only one of partition/partitions.
             QueueNotFound: No such queue (also when it is deleted during the wait).
+            TypeError: An option that is not one of these.
         """
         ...
 
@@ -382,16 +366,11 @@ class QueueClient(Protocol):
 
     # -- peeking --
 
-    def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage:
+    def peek(self, queue: str, **options: Unpack[PeekOptions]) -> PeekPage:
         """Read messages without receiving them: no lease, no receive count change (``GET /{queue}/peek``).
+
+        The options are keyword arguments, each optional, typed by
+        :class:`~mqcore.client.types.PeekOptions` (their defaults: :data:`~mqcore.client.types.PEEK_DEFAULTS`).
 
         Args:
             queue: Queue name.
@@ -403,6 +382,7 @@ class QueueClient(Protocol):
             A page of ready, in-flight and delayed messages, oldest first, each with its state.
         Raises:
             InvalidRequest: ``limit`` or the partition out of range, or ``after`` not a message id.
+            TypeError: An option that is not one of these.
         """
         ...
 
@@ -530,53 +510,16 @@ class AsyncQueueClient(Protocol):
 
     async def purge(self, queue: str) -> int: ...
 
-    async def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str: ...
+    async def send(self, queue: str, body: bytes | str, **options: Unpack[SendOptions]) -> str: ...
 
-    async def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
-        return await self.send(
-            queue,
-            json_body(value),
-            content_type=JSON_CONTENT_TYPE,
-            attributes=attributes,
-            delay_seconds=delay_seconds,
-            group_id=group_id,
-            deduplication_id=deduplication_id,
-        )
+    async def send_json(self, queue: str, value: Any, **options: Unpack[MessageOptions]) -> str:
+        return await self.send(queue, json_body(value), content_type=JSON_CONTENT_TYPE, **options)
 
     async def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
     ) -> list[str | MQError]: ...
 
-    async def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]: ...
+    async def receive(self, queue: str, **options: Unpack[ReceiveOptions]) -> list[Message]: ...
 
     async def delete(self, queue: str, receipt_handle: str) -> None: ...
 
@@ -594,15 +537,7 @@ class AsyncQueueClient(Protocol):
     async def nack(self, message: Message, delay_seconds: int = 0) -> None:
         await self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
 
-    async def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage: ...
+    async def peek(self, queue: str, **options: Unpack[PeekOptions]) -> PeekPage: ...
 
     async def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]: ...
 
