@@ -42,18 +42,8 @@ from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Op, Watches, d
 from mqcore.client._methods import OPERATION, derive
 from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import QueueClient, documented_by
-from mqcore.client.types import (
-    PEEK_DEFAULTS,
-    RECEIVE_DEFAULTS,
-    BatchEntry,
-    Message,
-    PeekedMessage,
-    PeekOptions,
-    PeekPage,
-    ReceiveOptions,
-    SendOptions,
-    completed,
-)
+from mqcore.client.options import PEEK_DEFAULTS, RECEIVE_DEFAULTS, PeekOptions, ReceiveOptions, SendOptions, completed
+from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
 from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name

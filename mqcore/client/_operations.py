@@ -32,20 +32,16 @@ from typing import Any, TypeVar, Unpack
 from urllib.parse import quote
 
 from mqcore.attributes import MAX_WAIT_SECONDS
-from mqcore.client.types import (
+from mqcore.client.options import (
     PEEK_DEFAULTS,
     RECEIVE_DEFAULTS,
-    TEXT_CONTENT_TYPE,
-    BatchEntry,
-    Message,
-    PeekedMessage,
     PeekOptions,
-    PeekPage,
     ReceiveOptions,
     SendOptions,
     check_options,
     completed,
 )
+from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
 from mqcore.names import check_fifo_id, check_message_id, check_queue_name

@@ -41,18 +41,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, Unpack, runtime_checkable
 
-from mqcore.client.types import (
-    JSON_CONTENT_TYPE,
-    BatchEntry,
-    Message,
-    MessageOptions,
-    PeekedMessage,
-    PeekOptions,
-    PeekPage,
-    ReceiveOptions,
-    SendOptions,
-    json_body,
-)
+from mqcore.client.options import MessageOptions, PartitionOptions, PeekOptions, ReceiveOptions, SendOptions
+from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage, json_body
 from mqcore.errors import MQError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
 
@@ -172,7 +162,7 @@ class QueueClient(Protocol):
         """Send one message (``POST /{queue}/messages``; SQS SendMessage); durable when this returns.
 
         The options are keyword arguments, each optional, typed by
-        :class:`~mqcore.client.types.SendOptions` (mypy checks their names and types at the call).
+        :class:`~mqcore.client.options.SendOptions` (mypy checks their names and types at the call).
 
         Args:
             queue: Queue name.
@@ -213,7 +203,7 @@ class QueueClient(Protocol):
 
         Read it back with :meth:`Message.json <mqcore.client.types.Message.json>`. Arguments and
         errors as :meth:`send`, but no ``content_type`` (the options:
-        :class:`~mqcore.client.types.MessageOptions`; ``group_id`` and ``deduplication_id`` for a
+        :class:`~mqcore.client.options.MessageOptions`; ``group_id`` and ``deduplication_id`` for a
         FIFO queue).
 
         Raises:
@@ -259,8 +249,8 @@ class QueueClient(Protocol):
         and delayed messages of the queue are made ready first, so this works with no mq-mover.
 
         The options are keyword arguments, each optional, typed by
-        :class:`~mqcore.client.types.ReceiveOptions` (their defaults:
-        :data:`~mqcore.client.types.RECEIVE_DEFAULTS`).
+        :class:`~mqcore.client.options.ReceiveOptions` (their defaults:
+        :data:`~mqcore.client.options.RECEIVE_DEFAULTS`).
 
         Args:
             queue: Queue name.
@@ -370,7 +360,7 @@ class QueueClient(Protocol):
         """Read messages without receiving them: no lease, no receive count change (``GET /{queue}/peek``).
 
         The options are keyword arguments, each optional, typed by
-        :class:`~mqcore.client.types.PeekOptions` (their defaults: :data:`~mqcore.client.types.PEEK_DEFAULTS`).
+        :class:`~mqcore.client.options.PeekOptions` (their defaults: :data:`~mqcore.client.options.PEEK_DEFAULTS`).
 
         Args:
             queue: Queue name.
@@ -411,12 +401,7 @@ class QueueClient(Protocol):
         ...
 
     def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
+        self, queue: str, *, page_size: int = DEFAULT_PEEK_LIMIT, **partition: Unpack[PartitionOptions]
     ) -> Iterator[PeekedMessage]:
         """Every message of a queue (or of one partition), oldest first, read page by page with :meth:`peek`.
 
@@ -431,7 +416,7 @@ class QueueClient(Protocol):
         """
         after: str | None = None
         while True:
-            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
+            page = self.peek(queue, after=after, limit=page_size, **partition)
             yield from page.messages
             if page.next_after is None:
                 return
@@ -544,16 +529,11 @@ class AsyncQueueClient(Protocol):
     async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]: ...
 
     async def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
+        self, queue: str, *, page_size: int = DEFAULT_PEEK_LIMIT, **partition: Unpack[PartitionOptions]
     ) -> AsyncIterator[PeekedMessage]:
         after: str | None = None
         while True:
-            page = await self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
+            page = await self.peek(queue, after=after, limit=page_size, **partition)
             for message in page.messages:
                 yield message
             if page.next_after is None:

@@ -2,11 +2,7 @@
 
 Plain frozen dataclasses, no I/O: the HTTP client builds them from JSON
 answers, the brokerless client from :class:`mqcore.model.ReceivedMessage`.
-The options of ``send``, ``receive`` and ``peek`` are declared here once, as
-``TypedDict`` s (:class:`SendOptions`, :class:`ReceiveOptions`,
-:class:`PeekOptions`): every client types its methods' keyword options with
-them (``**options: Unpack[SendOptions]``, PEP 692), so mypy checks each
-keyword at the call site, and applies their defaults here.
+The keyword options of the methods are in :mod:`mqcore.client.options`.
 """
 
 from __future__ import annotations
@@ -14,18 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, TypeVar
+from typing import Any, Literal
 
 from mqcore.client._renamed import renamed_attribute
-from mqcore.limits import DEFAULT_PEEK_LIMIT
 
 #: Content-Type the client gives a body sent as ``str``.
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 #: Content-Type of :meth:`send_json` bodies (SMQ's payloads).
 JSON_CONTENT_TYPE = "application/json"
-
-#: A TypedDict of keyword options (:class:`ReceiveOptions`, :class:`PeekOptions`).
-OptionsT = TypeVar("OptionsT", bound=Mapping[str, object])
 
 #: Where a peeked message is: ready, received and in flight, or sent with a delay not yet over.
 MessageState = Literal["ready", "in_flight", "delayed"]
@@ -150,7 +142,7 @@ class PeekPage:
 
 @dataclass(frozen=True, slots=True)
 class BatchEntry:
-    """One message of a batch send (``send_batch``), and of a ``send``: its body and its :class:`SendOptions`.
+    """One message of a batch send (``send_batch``) or a ``send``: its body and its send options.
 
     Attributes:
         body: ``bytes`` as is; ``str`` is sent as UTF-8 with content type
@@ -164,7 +156,7 @@ class BatchEntry:
             not stored again (its id is returned); None = the body's SHA-256 if the queue has
             ``content_based_deduplication``. SQS: MessageDeduplicationId.
 
-    Each field but ``body`` is the :class:`SendOptions` key of that name (documented there in full).
+    Each field but ``body`` is the :class:`~mqcore.client.options.SendOptions` key of that name.
     """
 
     body: bytes | str
@@ -173,112 +165,3 @@ class BatchEntry:
     delay_seconds: int | None = None
     group_id: str | None = None
     deduplication_id: str | None = None
-
-
-class MessageOptions(TypedDict, total=False):
-    """The options of a message that ``send_json`` takes: :class:`SendOptions` but the content type.
-
-    Each is a keyword argument, each may be left out (= None).
-    """
-
-    attributes: Mapping[str, str] | None
-    """Message attributes, name -> string (at most 10; SQS's name rules). SQS: MessageAttributes."""
-    delay_seconds: int | None
-    """0-900: the message is invisible this long; None = the queue's ``delay_seconds``. SQS: DelaySeconds.
-    Refused on a FIFO queue (as SQS does)."""
-    group_id: str | None
-    """The message group: required on a FIFO queue (a name ending ``.fifo``), refused elsewhere; 1-128
-    characters of ``[!-~]``. SQS: MessageGroupId."""
-    deduplication_id: str | None
-    """FIFO queues only: a send with the id of a message sent in the last 5 minutes stores nothing and
-    returns that message's id; None = the body's SHA-256 if the queue has ``content_based_deduplication``;
-    1-128 characters of ``[!-~]``. SQS: MessageDeduplicationId."""
-
-
-class SendOptions(MessageOptions, total=False):
-    """The keyword options of ``send`` (and the fields of a :class:`BatchEntry` besides its body).
-
-    Each may be left out (= None); a client builds ``BatchEntry(body, **options)``, so a
-    misspelt one raises TypeError naming it, as a keyword argument would.
-    """
-
-    content_type: str | None
-    """1-1,024 printable ASCII characters, stored and returned on receive; None =
-    ``text/plain; charset=utf-8`` for a ``str`` body, ``application/octet-stream`` for bytes."""
-
-
-class ReceiveOptions(TypedDict, total=False):
-    """The keyword options of ``receive`` (SQS ReceiveMessage); their values when left out: :data:`RECEIVE_DEFAULTS`."""
-
-    max_messages: int
-    """1-10 messages at most (default 1). SQS: MaxNumberOfMessages."""
-    wait_time_seconds: int | None
-    """Long polling: 0-20 seconds to wait when no message is ready; None = the queue's
-    ``receive_wait_seconds``. SQS: WaitTimeSeconds."""
-    visibility_timeout_seconds: int | None
-    """0-43,200 seconds in flight; None = the queue's. SQS: VisibilityTimeout."""
-    attempt_id: str | None
-    """1-128 printable ASCII characters, no space: a receive retried with it within 5 minutes returns
-    the same messages (SQS ReceiveRequestAttemptId)."""
-    partition: int | None
-    """With ``partitions``: only messages of this partition, ``0 <= partition < partitions``."""
-    partitions: int | None
-    """Number of partitions, 1-1,000; give both or neither."""
-
-
-class PeekOptions(TypedDict, total=False):
-    """The keyword options of ``peek``; their values when left out: :data:`PEEK_DEFAULTS`."""
-
-    after: str | None
-    """Only messages with ids greater than this one (a page's ``next_after``)."""
-    limit: int
-    """1-1,000 messages per page (default :data:`mqcore.limits.DEFAULT_PEEK_LIMIT`, 100)."""
-    partition: int | None
-    """With ``partitions``: only messages of this partition (as a partitioned receive)."""
-    partitions: int | None
-    """Number of partitions, 1-1,000."""
-
-
-#: Every receive option and its value when the caller leaves it out (None: the queue's setting, or none).
-RECEIVE_DEFAULTS: ReceiveOptions = {
-    "max_messages": 1,
-    "wait_time_seconds": None,
-    "visibility_timeout_seconds": None,
-    "attempt_id": None,
-    "partition": None,
-    "partitions": None,
-}
-#: Every peek option and its value when the caller leaves it out.
-PEEK_DEFAULTS: PeekOptions = {"limit": DEFAULT_PEEK_LIMIT, "after": None, "partition": None, "partitions": None}
-
-
-def completed(options: OptionsT, defaults: OptionsT, method: str) -> OptionsT:
-    """Every option of a call: those given in ``options``, the ``defaults`` for the others.
-
-    Args:
-        options: The keyword options the caller gave (a :class:`ReceiveOptions` or :class:`PeekOptions`).
-        defaults: Every option of that kind with its default (:data:`RECEIVE_DEFAULTS`, :data:`PEEK_DEFAULTS`).
-        method: The method's name, for the error.
-    Returns:
-        A new dict with every key of ``defaults``.
-    Raises:
-        TypeError: An option that is not one of ``defaults``' keys (a misspelt keyword), named as
-            Python names an unexpected keyword argument.
-    """
-    merged = {**defaults, **options}
-    if len(merged) != len(defaults):
-        check_options(options, frozenset(defaults), method)
-    return merged  # type: ignore[return-value]  # mypy types a TypedDict merge as dict[str, object]
-
-
-def check_options(options: Mapping[str, object], names: frozenset[str], method: str) -> None:
-    """Raise TypeError, as Python does for an unexpected keyword argument, if ``options`` has a key not in ``names``.
-
-    Args:
-        options: The keyword options the caller gave.
-        names: The options the method takes (e.g. ``SendOptions.__optional_keys__``).
-        method: The method's name, for the error.
-    """
-    if not names.issuperset(options):
-        unknown = min(options.keys() - names)
-        raise TypeError(f"{method}() got an unexpected keyword argument {unknown!r}")
