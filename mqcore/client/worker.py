@@ -83,30 +83,27 @@ Handler = Callable[[Message], Any]
 
 @dataclass
 class WorkerStats:
-    """What one :meth:`Worker.run` did (counts of messages, or of calls where said).
-
-    Attributes:
-        received: Messages received.
-        acked: Messages whose handler returned and that were then deleted (acked).
-        failed: Messages whose handler raised (each failed attempt counts once).
-        dead_lettered: Of ``failed``: attempts on the message's last allowed receive
-            (``receive_count >= max_receive_count`` with a dead-letter queue set), so the
-            message goes to the dead-letter queue instead of coming back (SQS: RedrivePolicy).
-        retried: Of ``failed``: messages released for another attempt after a backoff.
-        released: Messages received after a stop was asked, released unhandled at once.
-        extended: Lease extensions (successful ``change_visibility`` calls of the heartbeat).
-        lease_lost: Messages whose ack or release failed because their lease was over
-            (received again by another consumer, or gone): the handler's work may be repeated.
-    """
+    """What one :meth:`Worker.run` did (counts of messages, or of calls where said)."""
 
     received: int = 0
+    """Messages received."""
     acked: int = 0
+    """Messages whose handler returned and that were then deleted (acked)."""
     failed: int = 0
+    """Messages whose handler raised (each failed attempt counts once)."""
     dead_lettered: int = 0
+    """Of ``failed``: attempts on the message's last allowed receive (``receive_count >= max_receive_count``
+    with a dead-letter queue set), so the message goes to the dead-letter queue instead of coming back
+    (SQS: RedrivePolicy)."""
     retried: int = 0
+    """Of ``failed``: messages released for another attempt after a backoff."""
     released: int = 0
+    """Messages received after a stop was asked, released unhandled at once."""
     extended: int = 0
+    """Lease extensions (successful ``change_visibility`` calls of the heartbeat)."""
     lease_lost: int = 0
+    """Messages whose ack or release failed because their lease was over (received again by another
+    consumer, or gone): the handler's work may be repeated."""
 
 
 def retry_backoff_seconds(receive_count: int, base_seconds: float, max_seconds: float) -> int:
