@@ -20,6 +20,12 @@ by their driver wrappers (``_blocking`` / ``_awaited`` in ``_http.py``), and a
 method of ``LocalClient`` made one of ``AsyncLocalClient`` by its wrapper
 (``_coroutine`` in ``_local_async.py``).
 
+The keyword options of ``send``, ``send_json``, ``receive``, ``peek`` and
+``iter_peek`` are declared once, as ``TypedDict`` s in
+:mod:`mqcore.client.options`, and each method here and in every client takes
+them as ``**options: Unpack[...]`` (PEP 692): mypy checks each keyword at the
+call, the docstrings below still list each option.
+
 Every method of every client raises :class:`~mqcore.errors.InvalidQueueName`
 for a bad queue name (before any request or file access) and
 :class:`~mqcore.errors.QueueNotFound` when the queue does not exist (unless it
