@@ -23,6 +23,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from mqcore.client.api import DEFAULT_URL, AsyncQueueClient, QueueClient
+from mqcore.client.options import MessageOptions, PartitionOptions, PeekOptions, ReceiveOptions, SendOptions
 from mqcore.client.types import BatchEntry, Message, MessageState, PeekedMessage, PeekPage
 
 if TYPE_CHECKING:
@@ -39,10 +40,15 @@ __all__ = [
     "Client",
     "LocalClient",
     "Message",
+    "MessageOptions",
     "MessageState",
+    "PartitionOptions",
+    "PeekOptions",
     "PeekPage",
     "PeekedMessage",
     "QueueClient",
+    "ReceiveOptions",
+    "SendOptions",
     "Worker",
     "WorkerStats",
     "connect",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_client, reap_message, reap_queue
@@ -42,11 +42,12 @@ from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Op, Watches, d
 from mqcore.client._methods import OPERATION, derive
 from mqcore.client._renamed import renamed_keyword
 from mqcore.client.api import QueueClient, documented_by
+from mqcore.client.options import PEEK_DEFAULTS, RECEIVE_DEFAULTS, PeekOptions, ReceiveOptions, SendOptions, completed
 from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
 from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name
-from mqcore.protocol import DEFAULT_PEEK_LIMIT, Store, now_ms
+from mqcore.protocol import Store, now_ms
 from mqcore.service.handles import LeaseMemory, check_handle
 from mqcore.service.queues import queue_stats
 from mqcore.service.requests import (
@@ -215,19 +216,8 @@ class LocalClient(QueueClient):
     # -- the calls that may wait: operations (``_waits``), run here and by AsyncLocalClient on its loop --
 
     @_waits
-    def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> Op[str]:
-        entry = BatchEntry(body, content_type, attributes, delay_seconds, group_id, deduplication_id)
-        return self.sender.send_op(queue, entry)
+    def send(self, queue: str, body: bytes | str, **options: Unpack[SendOptions]) -> Op[str]:
+        return self.sender.send_op(queue, BatchEntry(body, **options))
 
     @_waits
     def send_batch(
@@ -236,21 +226,9 @@ class LocalClient(QueueClient):
         return self.sender.send_batch_op(queue, entries, batch_size)
 
     @_waits
-    def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> Op[list[Message]]:
+    def receive(self, queue: str, **options: Unpack[ReceiveOptions]) -> Op[list[Message]]:
         name = check_queue_name(queue)
-        args = check_receive(
-            max_messages, wait_time_seconds, visibility_timeout_seconds, attempt_id, partition, partitions
-        )
+        args = check_receive(**completed(options, RECEIVE_DEFAULTS, "receive"))
         return self.receiver.receive_op(name, args)
 
     # -- delete and visibility ------------------------------------------------------------
@@ -289,19 +267,13 @@ class LocalClient(QueueClient):
 
     # -- peek -------------------------------------------------------------------------------
 
-    def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage:
+    def peek(self, queue: str, **options: Unpack[PeekOptions]) -> PeekPage:
         name = check_queue_name(queue)
-        size = PEEK_LIMIT.check(limit)
-        split = check_partition_args(partition, partitions)
-        files, next_after = self.store.peek(name, after=check_after(after), limit=size, partition=split)
+        args = completed(options, PEEK_DEFAULTS, "peek")
+        size = PEEK_LIMIT.check(args["limit"])
+        split = check_partition_args(args["partition"], args["partitions"])
+        after = check_after(args["after"])
+        files, next_after = self.store.peek(name, after=after, limit=size, partition=split)
         return PeekPage([as_client(PeekedMessage, f) for f in files], next_after)
 
     def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]:

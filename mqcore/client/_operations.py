@@ -28,19 +28,30 @@ import base64
 import json
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 from urllib.parse import quote
 
 from mqcore.attributes import MAX_WAIT_SECONDS
+from mqcore.client.options import (
+    PEEK_DEFAULTS,
+    RECEIVE_DEFAULTS,
+    PeekOptions,
+    ReceiveOptions,
+    SendOptions,
+    check_options,
+    completed,
+)
 from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
-from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
 from mqcore.names import check_fifo_id, check_message_id, check_queue_name
 
 T = TypeVar("T")
 
 #: Entries per request of ``delete_batch`` / ``change_visibility_batch`` / ``delete_by_ids`` (SQS: 10 per batch).
 HANDLE_BATCH_SIZE = DEFAULT_BATCH_MESSAGES
+#: The options of a send (an HTTP header each).
+SEND_OPTIONS = SendOptions.__optional_keys__
 #: Ids per request of ``peek_ids`` (the server's limit, ``MAX_PEEK_LIMIT``).
 PEEK_IDS_BATCH_SIZE = MAX_PEEK_LIMIT
 
@@ -220,29 +231,21 @@ def purge(queue: str) -> Op[int]:
     return int(answer.json()["removed"])
 
 
-def send(
-    queue: str,
-    body: bytes | str,
-    *,
-    content_type: str | None = None,
-    attributes: Mapping[str, str] | None = None,
-    delay_seconds: int | None = None,
-    group_id: str | None = None,
-    deduplication_id: str | None = None,
-) -> Op[str]:
+def send(queue: str, body: bytes | str, **options: Unpack[SendOptions]) -> Op[str]:
+    check_options(options, SEND_OPTIONS, "send")  # an option left out is None (SendOptions)
     path = _queue_path(queue, "messages")
-    data, content_type = _body_bytes(body, content_type)
+    data, content_type = _body_bytes(body, options.get("content_type"))
     headers: dict[str, str] = {}
     if content_type is not None:
         headers["Content-Type"] = content_type
-    if delay_seconds is not None:
+    if (delay_seconds := options.get("delay_seconds")) is not None:
         headers["X-Delay-Seconds"] = str(delay_seconds)
-    if attributes:
+    if attributes := options.get("attributes"):
         headers["X-Message-Attributes"] = _attributes_header(attributes)
     # FIFO queues (docs/api.md "FIFO queues"); checked here too, as a header cannot carry every string.
-    if group_id is not None:
+    if (group_id := options.get("group_id")) is not None:
         headers["X-Message-Group-Id"] = check_fifo_id(group_id, "group_id")
-    if deduplication_id is not None:
+    if (deduplication_id := options.get("deduplication_id")) is not None:
         headers["X-Message-Deduplication-Id"] = check_fifo_id(deduplication_id, "deduplication_id")
     # A send to a full queue may wait up to capacity_wait_seconds (0-20) for room.
     answer = yield Request("POST", path, content=data, headers=headers, extra_read_seconds=MAX_WAIT_SECONDS)
@@ -305,26 +308,12 @@ def _given(**params: str | int | None) -> dict[str, str | int]:
     return {name: value for name, value in params.items() if value is not None}
 
 
-def receive(
-    queue: str,
-    *,
-    max_messages: int = 1,
-    wait_time_seconds: int | None = None,
-    visibility_timeout_seconds: int | None = None,
-    attempt_id: str | None = None,
-    partition: int | None = None,
-    partitions: int | None = None,
-) -> Op[list[Message]]:
+def receive(queue: str, **options: Unpack[ReceiveOptions]) -> Op[list[Message]]:
+    args = completed(options, RECEIVE_DEFAULTS, "receive")  # max_messages always: the JSON form
     path = _queue_path(queue, "messages")
-    params = _given(
-        max_messages=max_messages,  # always the JSON form
-        wait_time_seconds=wait_time_seconds,
-        visibility_timeout_seconds=visibility_timeout_seconds,
-        attempt_id=attempt_id,
-        partition=partition,
-        partitions=partitions,
-    )
+    params = _given(**args)
     # Without wait_time_seconds the queue's receive_wait_seconds (at most 20) applies.
+    wait_time_seconds = args["wait_time_seconds"]
     wait = MAX_WAIT_SECONDS if wait_time_seconds is None else max(0, wait_time_seconds)
     answer = yield Request("GET", path, params, extra_read_seconds=wait)
     return [_message(queue, item) for item in answer.json()["messages"]]
@@ -373,15 +362,8 @@ def change_visibility(queue: str, receipt_handle: str, visibility_timeout_second
     return result
 
 
-def peek(
-    queue: str,
-    *,
-    after: str | None = None,
-    limit: int = DEFAULT_PEEK_LIMIT,
-    partition: int | None = None,
-    partitions: int | None = None,
-) -> Op[PeekPage]:
-    params = _given(limit=limit, after=after, partition=partition, partitions=partitions)
+def peek(queue: str, **options: Unpack[PeekOptions]) -> Op[PeekPage]:
+    params = _given(**completed(options, PEEK_DEFAULTS, "peek"))
     answer = yield Request("GET", _queue_path(queue, "peek"), params)
     data = answer.json()
     return PeekPage([_peeked(queue, item) for item in data["messages"]], data.get("next_after"))

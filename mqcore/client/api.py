@@ -20,6 +20,12 @@ by their driver wrappers (``_blocking`` / ``_awaited`` in ``_http.py``), and a
 method of ``LocalClient`` made one of ``AsyncLocalClient`` by its wrapper
 (``_coroutine`` in ``_local_async.py``).
 
+The keyword options of ``send``, ``send_json``, ``receive``, ``peek`` and
+``iter_peek`` are declared once, as ``TypedDict`` s in
+:mod:`mqcore.client.options`, and each method here and in every client takes
+them as ``**options: Unpack[...]`` (PEP 692): mypy checks each keyword at the
+call, the docstrings below still list each option.
+
 Every method of every client raises :class:`~mqcore.errors.InvalidQueueName`
 for a bad queue name (before any request or file access) and
 :class:`~mqcore.errors.QueueNotFound` when the queue does not exist (unless it
@@ -39,8 +45,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, Unpack, runtime_checkable
 
+from mqcore.client.options import MessageOptions, PartitionOptions, PeekOptions, ReceiveOptions, SendOptions
 from mqcore.client.types import JSON_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage, json_body
 from mqcore.errors import MQError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, DEFAULT_PEEK_LIMIT
@@ -157,18 +164,11 @@ class QueueClient(Protocol):
 
     # -- sending --
 
-    def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
+    def send(self, queue: str, body: bytes | str, **options: Unpack[SendOptions]) -> str:
         """Send one message (``POST /{queue}/messages``; SQS SendMessage); durable when this returns.
+
+        The options are keyword arguments, each optional, typed by
+        :class:`~mqcore.client.options.SendOptions` (mypy checks their names and types at the call).
 
         Args:
             queue: Queue name.
@@ -200,37 +200,22 @@ class QueueClient(Protocol):
             ConnectionFailed: No answer; the message may or may not have been stored (a retry
                 after a lost answer can store it twice: delivery is at least once; on a FIFO
                 queue a retry with the same deduplication id within 5 minutes stores it once).
-            TypeError: ``body`` is neither bytes nor str.
+            TypeError: ``body`` is neither bytes nor str, or an option is not one of these.
         """
         ...
 
-    def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
+    def send_json(self, queue: str, value: Any, **options: Unpack[MessageOptions]) -> str:
         """Send ``json.dumps(value)`` as UTF-8 with content type ``application/json`` (SMQ's payloads).
 
         Read it back with :meth:`Message.json <mqcore.client.types.Message.json>`. Arguments and
-        errors as :meth:`send` (``group_id`` and ``deduplication_id`` for a FIFO queue).
+        errors as :meth:`send`, but no ``content_type`` (the options:
+        :class:`~mqcore.client.options.MessageOptions`; ``group_id`` and ``deduplication_id`` for a
+        FIFO queue).
 
         Raises:
             TypeError: ``value`` is not JSON-serialisable (before anything is sent).
         """
-        return self.send(
-            queue,
-            json_body(value),
-            content_type=JSON_CONTENT_TYPE,
-            attributes=attributes,
-            delay_seconds=delay_seconds,
-            group_id=group_id,
-            deduplication_id=deduplication_id,
-        )
+        return self.send(queue, json_body(value), content_type=JSON_CONTENT_TYPE, **options)
 
     def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
@@ -261,23 +246,17 @@ class QueueClient(Protocol):
 
     # -- receiving --
 
-    def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]:
+    def receive(self, queue: str, **options: Unpack[ReceiveOptions]) -> list[Message]:
         """Receive up to ``max_messages`` ready messages, oldest first (``GET /{queue}/messages``; SQS ReceiveMessage).
 
         Each message stays in flight (invisible) for the visibility timeout; delete it with
         :meth:`delete` / :meth:`ack` before then, or it is delivered again with a higher receive
         count (and dead-lettered past the queue's ``max_receive_count``). Brokerless, due in-flight
         and delayed messages of the queue are made ready first, so this works with no mq-mover.
+
+        The options are keyword arguments, each optional, typed by
+        :class:`~mqcore.client.options.ReceiveOptions` (their defaults:
+        :data:`~mqcore.client.options.RECEIVE_DEFAULTS`).
 
         Args:
             queue: Queue name.
@@ -299,6 +278,7 @@ class QueueClient(Protocol):
         Raises:
             InvalidRequest: A parameter out of range, or only one of partition/partitions.
             QueueNotFound: No such queue (also when it is deleted during the wait).
+            TypeError: An option that is not one of these.
         """
         ...
 
@@ -382,16 +362,11 @@ class QueueClient(Protocol):
 
     # -- peeking --
 
-    def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage:
+    def peek(self, queue: str, **options: Unpack[PeekOptions]) -> PeekPage:
         """Read messages without receiving them: no lease, no receive count change (``GET /{queue}/peek``).
+
+        The options are keyword arguments, each optional, typed by
+        :class:`~mqcore.client.options.PeekOptions` (their defaults: :data:`~mqcore.client.options.PEEK_DEFAULTS`).
 
         Args:
             queue: Queue name.
@@ -403,6 +378,7 @@ class QueueClient(Protocol):
             A page of ready, in-flight and delayed messages, oldest first, each with its state.
         Raises:
             InvalidRequest: ``limit`` or the partition out of range, or ``after`` not a message id.
+            TypeError: An option that is not one of these.
         """
         ...
 
@@ -431,12 +407,7 @@ class QueueClient(Protocol):
         ...
 
     def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
+        self, queue: str, *, page_size: int = DEFAULT_PEEK_LIMIT, **partition: Unpack[PartitionOptions]
     ) -> Iterator[PeekedMessage]:
         """Every message of a queue (or of one partition), oldest first, read page by page with :meth:`peek`.
 
@@ -451,7 +422,7 @@ class QueueClient(Protocol):
         """
         after: str | None = None
         while True:
-            page = self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
+            page = self.peek(queue, after=after, limit=page_size, **partition)
             yield from page.messages
             if page.next_after is None:
                 return
@@ -530,53 +501,16 @@ class AsyncQueueClient(Protocol):
 
     async def purge(self, queue: str) -> int: ...
 
-    async def send(
-        self,
-        queue: str,
-        body: bytes | str,
-        *,
-        content_type: str | None = None,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str: ...
+    async def send(self, queue: str, body: bytes | str, **options: Unpack[SendOptions]) -> str: ...
 
-    async def send_json(
-        self,
-        queue: str,
-        value: Any,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        delay_seconds: int | None = None,
-        group_id: str | None = None,
-        deduplication_id: str | None = None,
-    ) -> str:
-        return await self.send(
-            queue,
-            json_body(value),
-            content_type=JSON_CONTENT_TYPE,
-            attributes=attributes,
-            delay_seconds=delay_seconds,
-            group_id=group_id,
-            deduplication_id=deduplication_id,
-        )
+    async def send_json(self, queue: str, value: Any, **options: Unpack[MessageOptions]) -> str:
+        return await self.send(queue, json_body(value), content_type=JSON_CONTENT_TYPE, **options)
 
     async def send_batch(
         self, queue: str, entries: Iterable[bytes | str | BatchEntry], *, batch_size: int = DEFAULT_BATCH_MESSAGES
     ) -> list[str | MQError]: ...
 
-    async def receive(
-        self,
-        queue: str,
-        *,
-        max_messages: int = 1,
-        wait_time_seconds: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        attempt_id: str | None = None,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> list[Message]: ...
+    async def receive(self, queue: str, **options: Unpack[ReceiveOptions]) -> list[Message]: ...
 
     async def delete(self, queue: str, receipt_handle: str) -> None: ...
 
@@ -594,31 +528,18 @@ class AsyncQueueClient(Protocol):
     async def nack(self, message: Message, delay_seconds: int = 0) -> None:
         await self.change_visibility(message.queue, message.receipt_handle, delay_seconds)
 
-    async def peek(
-        self,
-        queue: str,
-        *,
-        after: str | None = None,
-        limit: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
-    ) -> PeekPage: ...
+    async def peek(self, queue: str, **options: Unpack[PeekOptions]) -> PeekPage: ...
 
     async def peek_ids(self, queue: str, message_ids: Sequence[str]) -> list[PeekedMessage]: ...
 
     async def delete_by_ids(self, queue: str, message_ids: Sequence[str]) -> list[MQError | None]: ...
 
     async def iter_peek(
-        self,
-        queue: str,
-        *,
-        page_size: int = DEFAULT_PEEK_LIMIT,
-        partition: int | None = None,
-        partitions: int | None = None,
+        self, queue: str, *, page_size: int = DEFAULT_PEEK_LIMIT, **partition: Unpack[PartitionOptions]
     ) -> AsyncIterator[PeekedMessage]:
         after: str | None = None
         while True:
-            page = await self.peek(queue, after=after, limit=page_size, partition=partition, partitions=partitions)
+            page = await self.peek(queue, after=after, limit=page_size, **partition)
             for message in page.messages:
                 yield message
             if page.next_after is None:

@@ -2,6 +2,7 @@
 
 Plain frozen dataclasses, no I/O: the HTTP client builds them from JSON
 answers, the brokerless client from :class:`mqcore.model.ReceivedMessage`.
+The keyword options of the methods are in :mod:`mqcore.client.options`.
 """
 
 from __future__ import annotations
@@ -51,77 +52,65 @@ class _Body:
 
 @dataclass(frozen=True, slots=True)
 class Message(_Body):
-    """A received message: the body and everything needed to delete or release it.
-
-    Attributes:
-        queue: The queue it was received from.
-        message_id: Its id (a lowercase UUIDv7; ids sort in send order).
-        receipt_handle: Handle of this receive (opaque). Pass it to ``delete`` or
-            ``change_visibility``; a later receive of the same message makes it stale.
-        body: The body bytes exactly as sent.
-        content_type: As sent (default ``application/octet-stream``).
-        attributes: User message attributes (name -> string). SQS: MessageAttributes.
-        sent_ms: Send time, epoch milliseconds. SQS: SentTimestamp.
-        receive_count: Receives so far, this one included (1 on the first).
-            SQS: ApproximateReceiveCount.
-        first_receive_ms: Time of the first receive, epoch milliseconds.
-            SQS: ApproximateFirstReceiveTimestamp.
-        visibility_deadline_ms: End of this receive's visibility timeout, epoch milliseconds.
-        group_id: On a FIFO queue, its message group. SQS: MessageGroupId. None elsewhere.
-        deduplication_id: On a FIFO queue, its deduplication id (given, or the body's SHA-256).
-            SQS: MessageDeduplicationId.
-        sequence_number: On a FIFO queue, its place in the queue's order (a 128-bit decimal).
-            SQS: SequenceNumber.
-    """
+    """A received message: the body and everything needed to delete or release it."""
 
     queue: str
+    """The queue it was received from."""
     message_id: str
+    """Its id (a lowercase UUIDv7; ids sort in send order)."""
     receipt_handle: str
+    """Handle of this receive (opaque). Pass it to ``delete`` or ``change_visibility``; a later receive of the same
+    message makes it stale."""
     body: bytes
+    """The body bytes exactly as sent."""
     content_type: str
+    """As sent (default ``application/octet-stream``)."""
     attributes: Mapping[str, str] = field(default_factory=dict)
+    """User message attributes (name -> string). SQS: MessageAttributes."""
     sent_ms: int = 0
+    """Send time, epoch milliseconds. SQS: SentTimestamp."""
     receive_count: int = 1
+    """Receives so far, this one included (1 on the first). SQS: ApproximateReceiveCount."""
     first_receive_ms: int = 0
+    """Time of the first receive, epoch milliseconds. SQS: ApproximateFirstReceiveTimestamp."""
     visibility_deadline_ms: int = 0
+    """End of this receive's visibility timeout, epoch milliseconds."""
     group_id: str | None = None
+    """On a FIFO queue, its message group. SQS: MessageGroupId. None elsewhere."""
     deduplication_id: str | None = None
+    """On a FIFO queue, its deduplication id (given, or the body's SHA-256). SQS: MessageDeduplicationId."""
     sequence_number: str | None = None
+    """On a FIFO queue, its place in the queue's order (a 128-bit decimal). SQS: SequenceNumber."""
 
 
 @dataclass(frozen=True, slots=True)
 class PeekedMessage(_Body):
-    """A message seen by ``peek``: read without being received (no lease, no receive count change).
-
-    Attributes:
-        queue: The queue it belongs to.
-        message_id: Its id.
-        state: ``ready``, ``in_flight`` (received, visibility timeout running) or
-            ``delayed`` (sent with a delay that has not ended).
-        body: The body bytes exactly as sent.
-        content_type: As sent.
-        attributes: User message attributes.
-        sent_ms: Send time, epoch milliseconds.
-        receive_count: Receives so far (0 = never received).
-        visibility_deadline_ms: When an ``in_flight`` or ``delayed`` message becomes ready
-            again, epoch milliseconds; None for ``ready``. Its former name ``visible_at_ms``
-            still reads in 0.1 with a DeprecationWarning and goes in 0.2.
-        source_queue: The queue it was first sent to (differs from ``queue`` once
-            dead-lettered), or None if unknown.
-        group_id: On a FIFO queue, its message group. SQS: MessageGroupId. None elsewhere.
-    """
+    """A message seen by ``peek``: read without being received (no lease, no receive count change)."""
 
     queue: str
+    """The queue it belongs to."""
     message_id: str
+    """Its id."""
     state: MessageState
+    """``ready``, ``in_flight`` (received, visibility timeout running) or ``delayed`` (sent with a delay that has
+    not ended)."""
     body: bytes
+    """The body bytes exactly as sent."""
     content_type: str
+    """As sent."""
     attributes: Mapping[str, str] = field(default_factory=dict)
+    """User message attributes."""
     sent_ms: int = 0
+    """Send time, epoch milliseconds."""
     receive_count: int = 0
+    """Receives so far (0 = never received)."""
     visibility_deadline_ms: int | None = None
+    """When an ``in_flight`` or ``delayed`` message becomes ready again, epoch milliseconds; None for ``ready``.
+    Its former name ``visible_at_ms`` still reads in 0.1 with a DeprecationWarning and goes in 0.2."""
     source_queue: str | None = None
+    """The queue it was first sent to (differs from ``queue`` once dead-lettered), or None if unknown."""
     group_id: str | None = None
+    """On a FIFO queue, its message group. SQS: MessageGroupId. None elsewhere."""
 
     visible_at_ms = renamed_attribute("visible_at_ms", "visibility_deadline_ms", removed_in="0.2")
 
@@ -141,7 +130,7 @@ class PeekPage:
 
 @dataclass(frozen=True, slots=True)
 class BatchEntry:
-    """One message of a batch send (``send_batch``).
+    """One message of a batch send (``send_batch``) or a ``send``: its body and its send options.
 
     Attributes:
         body: ``bytes`` as is; ``str`` is sent as UTF-8 with content type
@@ -154,6 +143,8 @@ class BatchEntry:
         deduplication_id: On a FIFO queue: a send with the id of one sent in the last 5 minutes is
             not stored again (its id is returned); None = the body's SHA-256 if the queue has
             ``content_based_deduplication``. SQS: MessageDeduplicationId.
+
+    Each field but ``body`` is the :class:`~mqcore.client.options.SendOptions` key of that name.
     """
 
     body: bytes | str

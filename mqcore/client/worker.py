@@ -40,7 +40,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass
 from types import FrameType
 from typing import Any
 
@@ -83,30 +83,27 @@ Handler = Callable[[Message], Any]
 
 @dataclass
 class WorkerStats:
-    """What one :meth:`Worker.run` did (counts of messages, or of calls where said).
-
-    Attributes:
-        received: Messages received.
-        acked: Messages whose handler returned and that were then deleted (acked).
-        failed: Messages whose handler raised (each failed attempt counts once).
-        dead_lettered: Of ``failed``: attempts on the message's last allowed receive
-            (``receive_count >= max_receive_count`` with a dead-letter queue set), so the
-            message goes to the dead-letter queue instead of coming back (SQS: RedrivePolicy).
-        retried: Of ``failed``: messages released for another attempt after a backoff.
-        released: Messages received after a stop was asked, released unhandled at once.
-        extended: Lease extensions (successful ``change_visibility`` calls of the heartbeat).
-        lease_lost: Messages whose ack or release failed because their lease was over
-            (received again by another consumer, or gone): the handler's work may be repeated.
-    """
+    """What one :meth:`Worker.run` did (counts of messages, or of calls where said)."""
 
     received: int = 0
+    """Messages received."""
     acked: int = 0
+    """Messages whose handler returned and that were then deleted (acked)."""
     failed: int = 0
+    """Messages whose handler raised (each failed attempt counts once)."""
     dead_lettered: int = 0
+    """Of ``failed``: attempts on the message's last allowed receive (``receive_count >= max_receive_count``
+    with a dead-letter queue set), so the message goes to the dead-letter queue instead of coming back
+    (SQS: RedrivePolicy)."""
     retried: int = 0
+    """Of ``failed``: messages released for another attempt after a backoff."""
     released: int = 0
+    """Messages received after a stop was asked, released unhandled at once."""
     extended: int = 0
+    """Lease extensions (successful ``change_visibility`` calls of the heartbeat)."""
     lease_lost: int = 0
+    """Messages whose ack or release failed because their lease was over (received again by another
+    consumer, or gone): the handler's work may be repeated."""
 
 
 def retry_backoff_seconds(receive_count: int, base_seconds: float, max_seconds: float) -> int:
@@ -125,6 +122,7 @@ def retry_backoff_seconds(receive_count: int, base_seconds: float, max_seconds: 
     return min(MAX_VISIBILITY_TIMEOUT_SECONDS, math.ceil(delay))
 
 
+@dataclass(eq=False)
 class Worker:
     """Consume one queue with a handler (SMQ's worker; SQS consumer loop with ack and retries).
 
@@ -158,24 +156,24 @@ class Worker:
             ``partitions`` is given.
     """
 
-    def __init__(
-        self,
-        queue: str,
-        handler: Handler,
-        *,
-        client: QueueClient | str,
-        concurrency: int = 1,
-        partition: int | None = None,
-        partitions: int | None = None,
-        visibility_timeout_seconds: int | None = None,
-        wait_time_seconds: int = 20,
-        retry_backoff_seconds: float = 1.0,
-        max_retry_backoff_seconds: float = 300.0,
-        install_signal_handlers: bool = True,
-        token: str | None = None,
-    ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    queue: str
+    handler: Handler
+    _: KW_ONLY
+    client: InitVar[QueueClient | str]
+    concurrency: int = 1
+    partition: int | None = None
+    partitions: int | None = None
+    visibility_timeout_seconds: int | None = None
+    wait_time_seconds: int = 20
+    retry_backoff_seconds: float = 1.0
+    max_retry_backoff_seconds: float = 300.0
+    install_signal_handlers: bool = True
+    token: InitVar[str | None] = None
+
+    def __post_init__(self, client: QueueClient | str, token: str | None) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        partition, partitions = self.partition, self.partitions
         if (partition is None) != (partitions is None):
             raise ValueError("partition and partitions go together: give both or neither")
         if partitions is not None and partition is not None and not 0 <= partition < partitions <= MAX_PARTITIONS:
@@ -183,32 +181,21 @@ class Worker:
                 f"need 0 <= partition < partitions <= {MAX_PARTITIONS}, "
                 f"got partition={partition} partitions={partitions}"
             )
-        if visibility_timeout_seconds is not None and not 1 <= visibility_timeout_seconds <= (
-            MAX_VISIBILITY_TIMEOUT_SECONDS
-        ):
+        visibility = self.visibility_timeout_seconds
+        if visibility is not None and not 1 <= visibility <= MAX_VISIBILITY_TIMEOUT_SECONDS:
             raise ValueError(
                 f"visibility_timeout_seconds must be 1-{MAX_VISIBILITY_TIMEOUT_SECONDS} "
-                f"(SQS: VisibilityTimeout), got {visibility_timeout_seconds}"
+                f"(SQS: VisibilityTimeout), got {visibility}"
             )
-        if not 0 <= wait_time_seconds <= MAX_WAIT_SECONDS:
+        if not 0 <= self.wait_time_seconds <= MAX_WAIT_SECONDS:
             raise ValueError(
-                f"wait_time_seconds must be 0-{MAX_WAIT_SECONDS} (SQS: WaitTimeSeconds), got {wait_time_seconds}"
+                f"wait_time_seconds must be 0-{MAX_WAIT_SECONDS} (SQS: WaitTimeSeconds), got {self.wait_time_seconds}"
             )
-        if retry_backoff_seconds < 0 or max_retry_backoff_seconds < retry_backoff_seconds:
+        if self.retry_backoff_seconds < 0 or self.max_retry_backoff_seconds < self.retry_backoff_seconds:
             raise ValueError(
                 "need 0 <= retry_backoff_seconds <= max_retry_backoff_seconds, got "
-                f"{retry_backoff_seconds} and {max_retry_backoff_seconds}"
+                f"{self.retry_backoff_seconds} and {self.max_retry_backoff_seconds}"
             )
-        self.queue = queue
-        self.handler = handler
-        self.concurrency = concurrency
-        self.partition = partition
-        self.partitions = partitions
-        self.visibility_timeout_seconds = visibility_timeout_seconds
-        self.wait_time_seconds = wait_time_seconds
-        self.retry_backoff_seconds = retry_backoff_seconds
-        self.max_retry_backoff_seconds = max_retry_backoff_seconds
-        self.install_signal_handlers = install_signal_handlers
         self._client = client
         self._token = token
         self._lock = threading.RLock()  # stop() may run in a signal handler on the main thread
