@@ -229,7 +229,7 @@ def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedM
         logger.info("FIFO group raced by another consumer; giving it back queue=%s", queue)
         for message in messages:
             try:
-                store.change_visibility(queue, ReceiptHandle.parse(message.in_flight_name, queue), 0)
+                store.change_visibility(queue, ReceiptHandle.parse(message.receipt_handle, queue), 0)
             except MQError as exc:  # expired and moved already, or a storage error: it comes back by itself
                 logger.warning("could not give back a raced FIFO lease queue=%s error=%s", queue, exc)
             out.messages.remove(message)
