@@ -1,4 +1,6 @@
-"""The state and operations of the ``mq`` daemon: one method per operation of ``docs/api.md``.
+"""The state of the ``mq`` daemon and its operations: a method per queue operation and the receive here,
+the sends in ``broker.sender``, deletes and changes of visibility in ``broker.leases``, redrives in
+``broker.redrives`` (one method per operation of ``docs/api.md`` in all).
 
 :class:`Broker` is what the HTTP handlers (``daemons/_http.py``) and the SQS
 layer (``daemons/_sqs.py``) call, each method on the event loop, its blocking
