@@ -1,4 +1,6 @@
-"""The state and operations of the ``mq`` daemon: one method per operation of ``docs/api.md``.
+"""The state of the ``mq`` daemon and its operations: a method per queue operation and the receive here,
+the sends in ``broker.sender``, deletes and changes of visibility in ``broker.leases``, redrives in
+``broker.redrives`` (one method per operation of ``docs/api.md`` in all).
 
 :class:`Broker` is what the HTTP handlers (``daemons/_http.py``) and the SQS
 layer (``daemons/_sqs.py``) call, each method on the event loop, its blocking
@@ -8,14 +10,14 @@ receipt handles, leasing policy, redrive); the broker adds the daemon's
 concurrency: the per-queue indexes, watches and wake-ups
 (:class:`daemons._queues.QueueStates`), the saver threads (:class:`daemons._savers.Savers`,
 one pool for every route), the sends (:class:`daemons._send.Sender`),
-the redrive tasks (:class:`daemons._redrive.RedriveRunner`) and the memory of
-its leases (:class:`mqcore.service.handles.LeaseMemory`).
+the redrive tasks (:class:`daemons._redrive.RedriveRunner`) and what follows a
+receive: deletes and changes of visibility, with the memory of its leases
+(:class:`daemons._leases.Leases`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import logging
 from collections import Counter
@@ -26,6 +28,7 @@ from daemons import _runtime
 from daemons._fifo_wakes import FifoWakes
 from daemons._handoff import Handoff
 from daemons._health import Health
+from daemons._leases import Leases
 from daemons._metrics import BrokerMetrics
 from daemons._queue_list import QueueNames
 from daemons._queues import Meta, QueueState, QueueStates
@@ -34,13 +37,12 @@ from daemons._savers import Savers
 from daemons._send import Sender
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.errors import MQError, QueueNotFound, ServerBusy
+from mqcore.errors import QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
-from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
+from mqcore.names import MessageId, QueueName, is_fifo_queue, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
 from mqcore.service.fifo import FIFO_ROUND_NAMES
-from mqcore.service.handles import LeaseMemory
 from mqcore.service.plans import run_async
 from mqcore.service.queues import queue_stats
 from mqcore.service.receive import lease_names
@@ -67,8 +69,6 @@ class Broker:
         self.store = Store(settings.root)
         #: The saver threads (at most ``--workers``): sends with group commit, and every other route's file calls.
         self.savers = Savers(self.store, settings.workers)
-        #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
-        self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
         self.queues = QueueStates(settings, self.store, self.savers)
         self.queue_names = QueueNames(self.store)
         #: The wake-up maps of :attr:`queues` (long polls; senders waiting for room), by queue.
@@ -76,8 +76,6 @@ class Broker:
         self._room = self.queues.room
         #: The filesystem of the root (None if /proc/mounts cannot tell).
         self.mount = self.queues.mount
-        #: Where this daemon's leases are now (hints that make deletes and changes of visibility one rename).
-        self.leases = LeaseMemory()
         self._attempt_locks: KeyedLocks[asyncio.Lock] = KeyedLocks(asyncio.Lock)
         self.stopping = False
         #: Requests and connections refused to protect mq, by reason (connections, body_timeout,
@@ -85,6 +83,8 @@ class Broker:
         self.refusals: Counter[str] = Counter()
         self.metrics = BrokerMetrics(self)
         self.counts = self.metrics.counts
+        #: Deletes and changes of visibility, the remover thread, the memory of this daemon's leases.
+        self.leases = Leases(self.store, self.queues, self.savers, self.counts)
         self.health = Health(settings.root, settings.min_free_bytes)
         self.sender = Sender(self)
         self.redrives = RedriveRunner(self)
@@ -115,7 +115,7 @@ class Broker:
             await self.begin_stop()
         await self.fifo_wakes.close()
         await self.queues.close()
-        self.remover.shutdown(wait=True)
+        self.leases.close()
         self.savers.shutdown(wait=True)
         self.store.close()
         self.health.close()
@@ -374,7 +374,7 @@ class Broker:
         if not out and check_exists and not await fetcher.thread.run(self.store.queue_exists, queue):
             self.queues.forget_queue(queue)
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        leases = self.leases
+        leases = self.leases.memory
         for message in out.values():
             leases.received(message)
         self.counts.add("received", queue, len(out))
@@ -449,162 +449,12 @@ class Broker:
         fetcher = self.queues.fetcher_for(queue)
         async with fetcher.lock:
             state = await self.queues.queue_state(queue)
-            hints = self.leases.hints(handles)
+            hints = self.leases.memory.hints(handles)
             messages = await fetcher.thread.run(relet, self.store, request, handles, state.policy, hints)
             for message in messages:
                 state.index.discard(ready_name(message.message_id, message.receive_count - 1))
         self.queues.fire(self.queues.room, queue)
         for message in messages:
-            self.leases.received(message)
+            self.leases.memory.received(message)
         self.counts.add("received", queue, len(messages))
         return messages
-
-    # -- delete and visibility ----------------------------------------------------
-
-    def _sync_removed(self) -> None:
-        """After a batch of deletes (remover thread): make their renames into ``remove/`` durable (group commit).
-
-        Raises:
-            StorageUnavailable: The fsync failed; every delete of the batch answers 503.
-        """
-        self.store.disk.sync_dir(self.store.layout.remove, "fsync of remove/")
-
-    async def delete(self, queue: QueueName, message_id: MessageId) -> str:
-        """Delete a message by id wherever it is (SoftLayer); return where it was.
-
-        Hints from this process's leases and from the index make the usual
-        case a single rename; when they miss (another process moved the
-        message, or a redelivery's inotify event is still queued), the store
-        lists ``delay/`` and the queue directory before answering 404. The
-        rename runs on the remover thread, beside the fetchers' leases, and the
-        deletes of its batch are made durable by one fsync of ``remove/``
-        before any of them is answered.
-        """
-        in_flight = self.leases.pop_message(queue, message_id)
-        ready_hints = [ready_name(message_id, 0)]
-        if in_flight:
-            parsed = parse_in_flight_name(in_flight)
-            if parsed is not None:  # its lease may have ended: mq-mover made it ready again
-                ready_hints.append(ready_name(message_id, parsed.receive_count))
-        elif self.queues.watcher is not None:
-            # Not leased here: the index is the hint, made current first (a queued inotify event
-            # may name a redelivery). A leased message needs no index: it is not ready, or if mq-mover
-            # just made it ready, the name above is its name and the queued events cancel out.
-            self.queues.on_watch_events()
-        state = self.queues.fetcher_for(queue).queues.get(queue)
-        indexed = state.index.name_for(message_id) if state is not None else None
-        if indexed:
-            ready_hints.insert(0, indexed)
-        in_flight_hint = [in_flight] if in_flight else []
-        where = await self.remover.run(
-            lambda: self.store.delete(
-                queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
-            )
-        )
-        if indexed and state is not None:
-            state.index.discard(indexed)
-        if where == "ready":
-            self.queues.fire(self.queues.room, queue)
-        self.counts.add("deleted", queue)
-        return where
-
-    async def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle) -> tuple[str, str]:
-        """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
-
-        The rename runs on the remover thread, whose batch's deletes are
-        made durable by one fsync of ``remove/`` before any of them is answered.
-
-        Args:
-            queue: The queue.
-            handle: The receipt handle, parsed where it entered
-                (:func:`mqcore.service.handles.check_handle`: of ``queue``).
-        Returns:
-            (message id, where it was: "in_flight" or "ready").
-        Raises:
-            StaleReceiptHandle: Received again since; the newer lease is untouched (410).
-            MessageNotFound: Already gone (404).
-        """
-        hint = self.leases.current(handle)
-        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
-        self._deleted_by_handle(queue, handle, where)
-        return handle.message_id, where
-
-    def _deleted_by_handle(self, queue: QueueName, handle: ReceiptHandle, where: str) -> None:
-        """After a delete by ``handle`` (loop thread): forget the lease, wake who may be waiting, count it."""
-        self.leases.released(handle)
-        if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
-            self.queues.fire(self.queues.arrivals, queue)
-        if where == "ready":
-            state = self.queues.fetcher_for(queue).queues.get(queue)
-            if state is not None:
-                state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
-            self.queues.fire(self.queues.room, queue)
-        self.counts.add("deleted", queue)
-
-    async def delete_by_handles(
-        self, queue: QueueName, handles: list[ReceiptHandle]
-    ) -> list[tuple[str, str] | MQError]:
-        """:meth:`delete_by_handle` for several handles of one queue in one job of the remover thread.
-
-        The same renames and the same one fsync of ``remove/`` as that many concurrent
-        :meth:`delete_by_handle` calls (their jobs share a batch), without a task, a future and a
-        hand-off per handle (SQS DeleteMessageBatch, docs/performance.md "SQS protocol, pinned").
-
-        Returns:
-            Per handle, in order: (message id, where it was), or the error that handle met
-            (StaleReceiptHandle, MessageNotFound, StorageUnavailable...).
-        """
-        hints = [self.leases.current(handle) for handle in handles]
-
-        def delete_all() -> list[str | MQError]:
-            out: list[str | MQError] = []
-            for handle, hint in zip(handles, hints, strict=True):
-                try:
-                    out.append(self.store.delete_by_handle(queue, handle, hint, sync=False))
-                except MQError as exc:
-                    out.append(exc)
-            return out
-
-        try:
-            wheres = await self.remover.run(delete_all)
-        except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
-            return [copy.copy(exc) for _ in handles]
-        results: list[tuple[str, str] | MQError] = []
-        for handle, where in zip(handles, wheres, strict=True):
-            if isinstance(where, MQError):
-                results.append(where)
-            else:
-                self._deleted_by_handle(queue, handle, where)
-                results.append((handle.message_id, where))
-        return results
-
-    async def change_visibility(
-        self, queue: QueueName, handle: ReceiptHandle, visibility_timeout_seconds: int
-    ) -> tuple[str, str, int]:
-        """Set the visibility timeout of an in-flight message to now + the given seconds (SQS ChangeMessageVisibility).
-
-        0 makes it ready at once (its long-polling consumers are woken).
-
-        Args:
-            queue: The queue.
-            handle: The receipt handle, parsed where it entered (of ``queue``).
-            visibility_timeout_seconds: 0-43,200 (checked by the caller).
-        Returns:
-            (message id, the lease's current receipt handle, new visibility deadline in epoch ms).
-        Raises:
-            MessageNotInFlight: Its visibility timeout had already ended (400).
-            StaleReceiptHandle: Received again since (410).
-            MessageNotFound: Gone (404).
-        """
-        hint = self.leases.current(handle)
-        vt_ms = visibility_timeout_seconds * 1000
-        now = now_ms()
-        new = await self.run_in(
-            self.savers, lambda: self.store.at(now).change_visibility(queue, handle, vt_ms, hint=hint)
-        )
-        if vt_ms == 0:
-            self.leases.released(handle)
-            self.queues.note_ready(queue, ready_name(handle.message_id, handle.lease.receive_count))
-            return handle.message_id, handle.text, now
-        self.leases.moved(handle, new)
-        return handle.message_id, new, now + vt_ms

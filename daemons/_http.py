@@ -650,9 +650,10 @@ async def delete_message(request: web.Request) -> web.Response:
     params = query_params(request, ("receipt_handle",))
     broker = request.app[BROKER]
     if "receipt_handle" in params:
-        _, where = await broker.delete_by_handle(queue, check_handle(params["receipt_handle"], queue, message_id))
+        handle = check_handle(params["receipt_handle"], queue, message_id)
+        _, where = await broker.leases.delete_by_handle(queue, handle)
     else:
-        where = await broker.delete(queue, message_id)
+        where = await broker.leases.delete(queue, message_id)
     # json.dumps of {"message_id", "deleted": true, "was"}, preformatted: an id is a UUID, "was" a fixed word.
     return web.Response(
         text=f'{{"message_id": "{message_id}", "deleted": true, "was": "{where}"}}', content_type="application/json"
@@ -675,7 +676,7 @@ async def change_visibility(request: web.Request) -> web.Response:
     check_keys(body, ("receipt_handle", "visibility_timeout_seconds"), "the request")
     timeout = _required_timeout(body, "")
     handle = check_handle(body.get("receipt_handle"), queue, message_id)
-    _, current, deadline = await request.app[BROKER].change_visibility(queue, handle, timeout)
+    _, current, deadline = await request.app[BROKER].leases.change_visibility(queue, handle, timeout)
     return web.json_response({"message_id": message_id, "receipt_handle": current, "visibility_deadline_ms": deadline})
 
 
@@ -725,9 +726,9 @@ async def delete_batch(request: web.Request) -> web.Response:
         if ("receipt_handle" in item) == ("message_id" in item):
             raise InvalidRequest(f"{where} needs exactly one of receipt_handle and message_id", field=where)
         if "receipt_handle" in item:
-            await broker.delete_by_handle(queue, check_handle(item["receipt_handle"], queue))
+            await broker.leases.delete_by_handle(queue, check_handle(item["receipt_handle"], queue))
         else:
-            await broker.delete(queue, check_message_id(item["message_id"]))
+            await broker.leases.delete(queue, check_message_id(item["message_id"]))
         return {"id": entry_id}
 
     return await _run_entries(entries, op)
@@ -747,7 +748,7 @@ async def visibility_batch(request: web.Request) -> web.Response:
         check_keys(item, ("id", "receipt_handle", "visibility_timeout_seconds"), where)
         timeout = _required_timeout(item, f"{where}.")
         handle = check_handle(item.get("receipt_handle"), queue)
-        _, current, deadline = await broker.change_visibility(queue, handle, timeout)
+        _, current, deadline = await broker.leases.change_visibility(queue, handle, timeout)
         return {"id": entry_id, "receipt_handle": current, "visibility_deadline_ms": deadline}
 
     return await _run_entries(entries, op)

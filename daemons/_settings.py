@@ -10,14 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemons import _runtime
-from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
+from mqcore.attributes import MAX_MESSAGE_BYTES, MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
 from mqcore.errors import ConfigError
+from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES
 
 #: Default maximum body size, in bytes (SQS: 1 MiB).
-DEFAULT_MAX_MESSAGE_BYTES = 1_048_576
+DEFAULT_MAX_MESSAGE_BYTES = MAX_MESSAGE_BYTES
 #: Default and largest --max-batch-messages (entries of a batch send; SQS: 10).
-DEFAULT_MAX_BATCH_MESSAGES = 10
-MAX_BATCH_MESSAGES_LIMIT = 1000
+DEFAULT_MAX_BATCH_MESSAGES = DEFAULT_BATCH_MESSAGES
+MAX_BATCH_MESSAGES_LIMIT = MAX_BATCH_MESSAGES
 #: Bytes a batch send's JSON may use per entry beyond its body and attributes (id, keys, content type).
 BATCH_ENTRY_OVERHEAD_BYTES = 4096
 #: JSON escapes (``\\u0000``) make a ``body`` string up to 6 bytes per body byte.

@@ -554,7 +554,7 @@ def _delete_error(exc: MQError) -> sqs.SqsError | None:
 async def _delete(ctx: Context, queue: QueueName, handle: object) -> None:
     """Delete by receipt handle; a stale handle or a message already gone succeeds without deleting (SQS)."""
     try:
-        await ctx.broker.delete_by_handle(queue, _parsed_handle(queue, handle))
+        await ctx.broker.leases.delete_by_handle(queue, _parsed_handle(queue, handle))
     except MQError as exc:
         error = _delete_error(exc)
         if error is not None:
@@ -562,7 +562,7 @@ async def _delete(ctx: Context, queue: QueueName, handle: object) -> None:
 
 
 async def delete_message(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """DeleteMessage (Broker.delete_by_handle)."""
+    """DeleteMessage (Broker.leases.delete_by_handle)."""
     await _delete(ctx, sqs.queue_from_url(body.get("QueueUrl")), body.get("ReceiptHandle"))
     return {}
 
@@ -575,7 +575,7 @@ async def _change(ctx: Context, queue: QueueName, handle: object, seconds: objec
         raise sqs.SqsError("InvalidParameterValue", f"Value {seconds!r} for parameter VisibilityTimeout is invalid.")
     parsed = _parsed_handle(queue, handle)
     try:
-        await ctx.broker.change_visibility(queue, parsed, seconds)
+        await ctx.broker.leases.change_visibility(queue, parsed, seconds)
     except MQError as exc:
         if exc.code == "invalid_receipt_handle":
             raise sqs.SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is invalid.") from None
@@ -583,7 +583,7 @@ async def _change(ctx: Context, queue: QueueName, handle: object, seconds: objec
 
 
 async def change_message_visibility(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """ChangeMessageVisibility (Broker.change_visibility)."""
+    """ChangeMessageVisibility (Broker.leases.change_visibility)."""
     queue = sqs.queue_from_url(body.get("QueueUrl"))
     await _change(ctx, queue, body.get("ReceiptHandle"), body.get("VisibilityTimeout"))
     return {}
@@ -612,7 +612,7 @@ async def _batch(
 
 
 async def delete_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
-    """DeleteMessageBatch: each entry as DeleteMessage, in one job of the remover thread (Broker.delete_by_handles).
+    """DeleteMessageBatch: each entry as DeleteMessage, in one job of the remover thread (Leases.delete_by_handles).
 
     One rename per entry and one fsync of ``remove/`` for the batch, as concurrent deletes; a
     stale handle or a message already gone is a success, as DeleteMessage's.
@@ -628,7 +628,7 @@ async def delete_message_batch(ctx: Context, body: dict[str, Any]) -> dict[str, 
         except sqs.SqsError as exc:
             errors[i] = exc
     if handles:
-        results = await ctx.broker.delete_by_handles(queue, [h for _, h in handles])
+        results = await ctx.broker.leases.delete_by_handles(queue, [h for _, h in handles])
         for (i, _), result in zip(handles, results, strict=True):
             if isinstance(result, MQError):
                 errors[i] = _delete_error(result)

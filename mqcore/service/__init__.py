@@ -3,8 +3,8 @@
 Plain functions and small classes over :class:`mqcore.protocol.Store`, with
 the clock given by the caller (``now`` in epoch ms, or monotonic seconds for
 pacing): no asyncio, no HTTP, no threads of their own. The daemon
-(``daemons/_broker.py``, ``daemons/_http.py``, ``daemons/_sqs.py``,
-``daemons/_redrive.py``) drives them asynchronously, running the blocking
+(``daemons/_broker.py``, ``daemons/_send.py``, ``daemons/_leases.py``,
+``daemons/_http.py``, ``daemons/_sqs.py``, ``daemons/_redrive.py``) drives them asynchronously, running the blocking
 ones on its worker threads and keeping its own concurrency (fetcher locks, the
 in-memory ready index, long-poll events); the brokerless client
 (``mqcore/client/_local.py``) calls them directly. Neither restates a rule.
@@ -29,6 +29,8 @@ Receive request attempts (ReceiveRequestAttemptId):    :mod:`mqcore.service.atte
 Capacity admission and QueueFull                       :mod:`mqcore.service.capacity`
 Leasing, dead-letter and retention policy at receive,  :mod:`mqcore.service.receive`
 redelivery of due ``delay/`` files (brokerless)
+FIFO queues: send rules, receive in group order        :mod:`mqcore.service.fifo` (``fifo_message``,
+(``GroupOrder``), the queue's delay at receive         ``GroupOrder``, ``send_entries``)
 Redrive tasks: start, status record, pacing, moves,    :mod:`mqcore.service.redrive` over
 stop and cancel                                        :mod:`mqcore.redrive` (staleness, presentation)
 ``GET /<queue>`` counts and settings                   :mod:`mqcore.service.queues`

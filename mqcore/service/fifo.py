@@ -10,8 +10,8 @@ this module and pay nothing for it.
   is refused (SQS: FIFO queues delay per queue only). A duplicate within 5 minutes is
   accepted and answers the first message's id without storing anything; with
   ``deduplication_scope`` ``message_group``, only a duplicate in the same group.
-- **Receive** (:func:`lease_in_group_order`, called by
-  :func:`mqcore.service.receive.lease_names` for FIFO queues): a message is leased only if no
+- **Receive** (:class:`GroupOrder`, the rules :func:`mqcore.service.receive.lease_names`
+  applies to the names of FIFO queues): a message is leased only if no
   message of its group is in flight (any ``delay/`` lease of the queue's messages with the
   same group, whatever its deadline: an expired one comes back first), messages of a group
   in id order; other groups flow. After leasing, a receive that finds a lease of the same
@@ -30,7 +30,6 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterable
 from dataclasses import replace
 
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
@@ -149,67 +148,70 @@ def _in_flight(store: Store, queue: QueueName) -> dict[str, set[MessageId]]:
     return out
 
 
-def lease_in_group_order(
-    store: Store,
-    queue: QueueName,
-    names: Iterable[str],
-    visibility_timeout_ms: int,
-    policy: LeasePolicy,
-    wanted: int | None = None,
-) -> LeaseOutcome:
-    """:func:`mqcore.service.receive.lease_names` for a FIFO queue: one group in flight at a time, in order.
+class GroupOrder:
+    """The FIFO rules of one :func:`mqcore.service.receive.lease_names` call: one group in flight at a time, in order.
 
-    Args are those of ``lease_names`` (``names`` in id order). Names of a group with a message in
-    flight are not tried: they come back in :attr:`LeaseOutcome.held` (still ready). Messages of
-    one group are leased in the order given; once one of a group cannot be leased (taken by another
-    consumer, dead-lettered, removed), the group's later ones wait for the next receive. With a
-    queue delay (``policy.queue_delay_ms``; SQS: a FIFO queue's DelaySeconds, retroactive), a
-    message sent less than that long ago is not tried, nor any after it (ids grow with send
-    time): they come back in ``held`` too, and :attr:`LeaseOutcome.next_due_ms` says when the
-    first is due.
+    ``lease_names`` builds one for a FIFO queue before its loop and asks it of each name
+    (``names`` in id order). Names of a group with a message in flight are not tried: they come
+    back in :attr:`LeaseOutcome.held` (still ready). Messages of one group are leased in the order
+    given; once one of a group cannot be leased (taken by another consumer, dead-lettered,
+    removed), the group's later ones wait for the next receive. With a queue delay
+    (``policy.queue_delay_ms``; SQS: a FIFO queue's DelaySeconds, retroactive), a message sent
+    less than that long ago is not tried, nor any after it (ids grow with send time): they come
+    back in ``held`` too, and :attr:`LeaseOutcome.next_due_ms` says when the first is due.
+
+    Args:
+        store: The store (blocking: the constructor lists ``delay/`` and reads group headers).
+        queue: The FIFO queue.
+        policy: The queue's :func:`mqcore.service.receive.lease_policy`.
+        out: The outcome being built (its ``delay_stamp``, ``group_blocked`` and ``next_due_ms`` are set here).
     """
-    out = LeaseOutcome()
-    pending = list(names)
-    with contextlib.suppress(OSError):
-        out.delay_stamp = dir_stamp(store.layout.delay)  # before the listing: a later change is seen
-    blocked = set(_in_flight(store, queue))
-    taken: dict[str, list[ReceivedMessage]] = {}
-    qdir = store.layout.queue_dir(queue)
-    due_before = store.clock() - policy.queue_delay_ms if policy.queue_delay_ms else None
-    for i, name in enumerate(pending):
-        if wanted is not None and len(out.messages) >= wanted:
-            out.untried.extend(pending[i:])
-            break
+
+    __slots__ = ("_blocked", "_due_before", "_found", "_out", "_qdir", "_queue", "_queue_delay_ms", "_store", "_taken")
+
+    def __init__(self, store: Store, queue: QueueName, policy: LeasePolicy, out: LeaseOutcome) -> None:
+        with contextlib.suppress(OSError):
+            out.delay_stamp = dir_stamp(store.layout.delay)  # before the listing: a later change is seen
+        self._store, self._queue, self._out = store, queue, out
+        self._blocked = set(_in_flight(store, queue))
+        self._taken: dict[str, list[ReceivedMessage]] = {}
+        self._qdir = store.layout.queue_dir(queue)
+        self._queue_delay_ms = policy.queue_delay_ms
+        self._due_before = store.clock() - policy.queue_delay_ms if policy.queue_delay_ms else None
+        #: (group, deduplication id) of the name :meth:`wait` let through last, or None.
+        self._found: tuple[str, str] | None = None
+
+    def wait(self, name: str) -> str | None:
+        """Why the ready ``name`` is not to be tried now: None (try it), "group" (its group is in flight:
+        hold it) or "delay" (the queue's delay: hold it and every later name)."""
         parsed = parse_ready_name(name)
-        if due_before is not None and parsed is not None and sent_ms_of(parsed[0]) > due_before:
-            out.held.extend(pending[i:])  # the queue's delay: this and every later message wait (19.3)
-            out.next_due_ms = sent_ms_of(parsed[0]) + policy.queue_delay_ms
-            break
-        found = _fifo_ids(os.path.join(qdir, name), parsed[0]) if parsed is not None else None
-        group = found[0] if found is not None else None
-        if group is not None and group in blocked:
-            out.held.append(name)
-            out.group_blocked = True
-            continue
-        try:
-            message = store.lease(queue, name, visibility_timeout_ms, policy=policy)
-        except MQError as exc:
-            out.error = exc
-            out.untried.extend(pending[i:])
-            break
-        if group is None:  # gone before its header was read, or not a FIFO message file
-            if message is not None:
-                out.messages.append(message)
-            continue
-        if message is None:
-            blocked.add(group)
-            continue
-        message = replace(message, group_id=group, dedup_id=found[1] if found else None)
-        taken.setdefault(group, []).append(message)
-        out.messages.append(message)
-    if taken:
-        _yield_raced(store, queue, taken, out)
-    return out
+        if self._due_before is not None and parsed is not None and sent_ms_of(parsed[0]) > self._due_before:
+            self._out.next_due_ms = sent_ms_of(parsed[0]) + self._queue_delay_ms
+            return "delay"
+        found = _fifo_ids(os.path.join(self._qdir, name), parsed[0]) if parsed is not None else None
+        if found is not None and found[0] in self._blocked:
+            self._out.group_blocked = True
+            return "group"
+        self._found = found
+        return None
+
+    def leased(self, message: ReceivedMessage | None) -> ReceivedMessage | None:
+        """The lease of the name :meth:`wait` let through last (None: not leased), with its FIFO ids filled in."""
+        found = self._found
+        if found is None:  # gone before its header was read, or not a FIFO message file
+            return message
+        group = found[0]
+        if message is None:  # its group's later messages wait for the next receive
+            self._blocked.add(group)
+            return None
+        message = replace(message, group_id=group, dedup_id=found[1])
+        self._taken.setdefault(group, []).append(message)
+        return message
+
+    def finish(self) -> None:
+        """After the loop: give back the groups another consumer leased at the same time (:func:`_yield_raced`)."""
+        if self._taken:
+            _yield_raced(self._store, self._queue, self._taken, self._out)
 
 
 def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedMessage]], out: LeaseOutcome) -> None:
@@ -227,7 +229,7 @@ def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedM
         logger.info("FIFO group raced by another consumer; giving it back queue=%s", queue)
         for message in messages:
             try:
-                store.change_visibility(queue, ReceiptHandle.parse(message.in_flight_name, queue), 0)
+                store.change_visibility(queue, ReceiptHandle.parse(message.receipt_handle, queue), 0)
             except MQError as exc:  # expired and moved already, or a storage error: it comes back by itself
                 logger.warning("could not give back a raced FIFO lease queue=%s error=%s", queue, exc)
             out.messages.remove(message)

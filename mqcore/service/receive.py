@@ -96,6 +96,8 @@ def lease_names(
 
     Blocking (one rename and read per name). A name already gone (another
     consumer got it) or removed or dead-lettered by ``policy`` is skipped.
+    The names of a FIFO queue pass :class:`mqcore.service.fifo.GroupOrder`'s
+    rules (one group in flight, in order; the queue's delay; docs/protocol.md 19.3).
 
     Args:
         store: The store.
@@ -105,23 +107,34 @@ def lease_names(
         policy: The queue's :func:`lease_policy`.
         wanted: Stop once this many are leased (None = try every name).
     """
-    if is_fifo_queue(queue):  # message groups (docs/protocol.md 19.3); a string test for other queues
-        from mqcore.service.fifo import lease_in_group_order
-
-        return lease_in_group_order(store, queue, names, visibility_timeout_ms, policy, wanted)
     out = LeaseOutcome()
     pending = list(names)
+    order = None
+    if is_fifo_queue(queue):  # message groups (docs/protocol.md 19.3); a string test for other queues
+        from mqcore.service.fifo import GroupOrder
+
+        order = GroupOrder(store, queue, policy, out)
     for i, name in enumerate(pending):
         if wanted is not None and len(out.messages) >= wanted:
             out.untried = pending[i:]
             break
+        if order is not None and (wait := order.wait(name)) is not None:
+            if wait == "delay":  # the queue's delay: this and every later message wait (19.3)
+                out.held.extend(pending[i:])
+                break
+            out.held.append(name)
+            continue
         try:
             message = store.lease(queue, name, visibility_timeout_ms, policy=policy)
         except MQError as exc:
             out.error, out.untried = exc, pending[i:]
             break
+        if order is not None:
+            message = order.leased(message)
         if message is not None:
             out.messages.append(message)
+    if order is not None:
+        order.finish()
     return out
 
 

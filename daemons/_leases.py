@@ -1,0 +1,202 @@
+"""What the ``mq`` daemon does with a message after a receive: delete it or change its visibility.
+
+:class:`Leases` holds this daemon's memory of its leases
+(:class:`mqcore.service.handles.LeaseMemory`: where each lease's ``delay/``
+file is now, so the usual delete or change of visibility is one rename) and
+the operations that end or move a lease: DeleteMessage (by receipt handle),
+DeleteMessageBatch, the native delete by id, ChangeMessageVisibility. The
+deletes' renames run on one remover thread (:class:`daemons._handoff.Handoff`)
+whose batches are made durable by one fsync of ``remove/`` (group commit);
+a change of visibility runs on a saver thread. After each, the queue's index
+and wake-ups (:class:`daemons._queues.QueueStates`) are brought up to date on
+the loop.
+
+The receives (:class:`daemons._broker.Broker`) tell it what they leased
+(:meth:`LeaseMemory.received` on :attr:`Leases.memory`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from daemons._handoff import Handoff
+from daemons._metrics import BrokerCounts
+from daemons._queues import QueueStates
+from daemons._savers import Savers
+from mqcore.errors import MQError
+from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
+from mqcore.protocol import Store, now_ms
+from mqcore.service.handles import LeaseMemory
+
+__all__ = ["Leases"]
+
+
+class Leases:
+    """The daemon's leases after a receive: their memory, deletes and changes of visibility (event loop only).
+
+    Args:
+        store: The store.
+        queues: The daemon's queue states (indexes, fetchers, wake-ups).
+        savers: The saver threads (a change of visibility's rename).
+        counts: The per-queue counters (``deleted``).
+    """
+
+    def __init__(self, store: Store, queues: QueueStates, savers: Savers, counts: BrokerCounts) -> None:
+        self.store = store
+        self.queues = queues
+        self.savers = savers
+        self.counts = counts
+        #: Where this daemon's leases are now (hints that make deletes and changes of visibility one rename).
+        self.memory = LeaseMemory()
+        #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
+        self.remover = Handoff("mq-remover", after_batch=self._sync_removed)
+
+    def close(self) -> None:
+        """Stop the remover thread once its queued deletes are done."""
+        self.remover.shutdown(wait=True)
+
+    def _sync_removed(self) -> None:
+        """After a batch of deletes (remover thread): make their renames into ``remove/`` durable (group commit).
+
+        Raises:
+            StorageUnavailable: The fsync failed; every delete of the batch answers 503.
+        """
+        self.store.disk.sync_dir(self.store.layout.remove, "fsync of remove/")
+
+    async def delete(self, queue: QueueName, message_id: MessageId) -> str:
+        """Delete a message by id wherever it is (SoftLayer); return where it was.
+
+        Hints from this process's leases and from the index make the usual
+        case a single rename; when they miss (another process moved the
+        message, or a redelivery's inotify event is still queued), the store
+        lists ``delay/`` and the queue directory before answering 404. The
+        rename runs on the remover thread, beside the fetchers' leases, and the
+        deletes of its batch are made durable by one fsync of ``remove/``
+        before any of them is answered.
+        """
+        in_flight = self.memory.pop_message(queue, message_id)
+        ready_hints = [ready_name(message_id, 0)]
+        if in_flight:
+            parsed = parse_in_flight_name(in_flight)
+            if parsed is not None:  # its lease may have ended: mq-mover made it ready again
+                ready_hints.append(ready_name(message_id, parsed.receive_count))
+        elif self.queues.watcher is not None:
+            # Not leased here: the index is the hint, made current first (a queued inotify event
+            # may name a redelivery). A leased message needs no index: it is not ready, or if mq-mover
+            # just made it ready, the name above is its name and the queued events cancel out.
+            self.queues.on_watch_events()
+        state = self.queues.fetcher_for(queue).queues.get(queue)
+        indexed = state.index.name_for(message_id) if state is not None else None
+        if indexed:
+            ready_hints.insert(0, indexed)
+        in_flight_hint = [in_flight] if in_flight else []
+        where = await self.remover.run(
+            lambda: self.store.delete(
+                queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
+            )
+        )
+        if indexed and state is not None:
+            state.index.discard(indexed)
+        if where == "ready":
+            self.queues.fire(self.queues.room, queue)
+        self.counts.add("deleted", queue)
+        return where
+
+    async def delete_by_handle(self, queue: QueueName, handle: ReceiptHandle) -> tuple[str, str]:
+        """Delete the message a receive got, only if no later receive took it (SQS DeleteMessage).
+
+        The rename runs on the remover thread, whose batch's deletes are
+        made durable by one fsync of ``remove/`` before any of them is answered.
+
+        Args:
+            queue: The queue.
+            handle: The receipt handle, parsed where it entered
+                (:func:`mqcore.service.handles.check_handle`: of ``queue``).
+        Returns:
+            (message id, where it was: "in_flight" or "ready").
+        Raises:
+            StaleReceiptHandle: Received again since; the newer lease is untouched (410).
+            MessageNotFound: Already gone (404).
+        """
+        hint = self.memory.current(handle)
+        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
+        self._deleted_by_handle(queue, handle, where)
+        return handle.message_id, where
+
+    def _deleted_by_handle(self, queue: QueueName, handle: ReceiptHandle, where: str) -> None:
+        """After a delete by ``handle`` (loop thread): forget the lease, wake who may be waiting, count it."""
+        self.memory.released(handle)
+        if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
+            self.queues.fire(self.queues.arrivals, queue)
+        if where == "ready":
+            state = self.queues.fetcher_for(queue).queues.get(queue)
+            if state is not None:
+                state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
+            self.queues.fire(self.queues.room, queue)
+        self.counts.add("deleted", queue)
+
+    async def delete_by_handles(
+        self, queue: QueueName, handles: list[ReceiptHandle]
+    ) -> list[tuple[str, str] | MQError]:
+        """:meth:`delete_by_handle` for several handles of one queue in one job of the remover thread.
+
+        The same renames and the same one fsync of ``remove/`` as that many concurrent
+        :meth:`delete_by_handle` calls (their jobs share a batch), without a task, a future and a
+        hand-off per handle (SQS DeleteMessageBatch, docs/performance.md "SQS protocol, pinned").
+
+        Returns:
+            Per handle, in order: (message id, where it was), or the error that handle met
+            (StaleReceiptHandle, MessageNotFound, StorageUnavailable...).
+        """
+        hints = [self.memory.current(handle) for handle in handles]
+
+        def delete_all() -> list[str | MQError]:
+            out: list[str | MQError] = []
+            for handle, hint in zip(handles, hints, strict=True):
+                try:
+                    out.append(self.store.delete_by_handle(queue, handle, hint, sync=False))
+                except MQError as exc:
+                    out.append(exc)
+            return out
+
+        try:
+            wheres = await self.remover.run(delete_all)
+        except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
+            return [copy.copy(exc) for _ in handles]
+        results: list[tuple[str, str] | MQError] = []
+        for handle, where in zip(handles, wheres, strict=True):
+            if isinstance(where, MQError):
+                results.append(where)
+            else:
+                self._deleted_by_handle(queue, handle, where)
+                results.append((handle.message_id, where))
+        return results
+
+    async def change_visibility(
+        self, queue: QueueName, handle: ReceiptHandle, visibility_timeout_seconds: int
+    ) -> tuple[str, str, int]:
+        """Set the visibility timeout of an in-flight message to now + the given seconds (SQS ChangeMessageVisibility).
+
+        0 makes it ready at once (its long-polling consumers are woken).
+
+        Args:
+            queue: The queue.
+            handle: The receipt handle, parsed where it entered (of ``queue``).
+            visibility_timeout_seconds: 0-43,200 (checked by the caller).
+        Returns:
+            (message id, the lease's current receipt handle, new visibility deadline in epoch ms).
+        Raises:
+            MessageNotInFlight: Its visibility timeout had already ended (400).
+            StaleReceiptHandle: Received again since (410).
+            MessageNotFound: Gone (404).
+        """
+        hint = self.memory.current(handle)
+        vt_ms = visibility_timeout_seconds * 1000
+        now = now_ms()
+        new = await self.savers.run(lambda: self.store.at(now).change_visibility(queue, handle, vt_ms, hint=hint))
+        if vt_ms == 0:
+            self.memory.released(handle)
+            self.queues.note_ready(queue, ready_name(handle.message_id, handle.lease.receive_count))
+            return handle.message_id, handle.text, now
+        self.memory.moved(handle, new)
+        return handle.message_id, new, now + vt_ms
