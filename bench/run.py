@@ -46,6 +46,14 @@ Progress goes to stderr. Usage, from the repository root::
     .venv/bin/python bench/run.py --url http://127.0.0.1:8080 --root /var/lib/mq
     .venv/bin/python bench/run.py --steps metrics  # sends/s at 64 clients with and without a scrape a second
 
+A real-disk run right after mass deletes is skewed on ext4 without a journal (this VM's disk):
+the kernel will not reuse an inode freed less than 60-300 s ago and scans them all on every
+create, so sends pay milliseconds of kernel CPU each for whatever was deleted in the 5 minutes
+before (docs/performance.md, "Recycled message files"). So the bench moves a previous root aside
+instead of deleting it before measuring, deletes it after its measurements, and records the
+seconds since its last such delete in the JSON (``seconds_since_bench_deleted_roots``; a warning
+under 300 s). Deletes by anything else on the disk (another run's ``rm -rf``) skew it the same way.
+
 CI does not run the benchmark. wrk is installed with ``apt-get install -y wrk``
 when missing and running as root (``--no-install`` to refuse).
 """
@@ -91,6 +99,8 @@ LUA_DIR = BENCH_DIR / "lua"
 BODY_BYTES = 1024
 #: Marker file that lets the runner wipe a root it created itself.
 MARKER = ".mq-bench-root"
+#: ext4 without a journal does not reuse an inode freed less than this many seconds ago (RECENTCY_DIRTY).
+EXT4_RECENT_DELETE_S = 300
 #: Readiness lines of the daemons (team contract).
 READY_MQ = re.compile(r"mq listening on (http://[0-9.]+:[0-9]+)")
 READY_MOVER = "mq-mover ready"
@@ -1149,15 +1159,47 @@ def _lock_root(root: Path) -> int:
     return fd
 
 
-def _prepare_root(root: Path) -> None:
-    """Make ``root`` a fresh, empty bench directory (only wipes what the bench created)."""
+def _prepare_root(root: Path) -> float | None:
+    """Make ``root`` a fresh, empty bench directory (only moves aside what the bench created).
+
+    A previous root is renamed to ``ROOT.used-<time>``, not deleted: on ext4 without a journal
+    (this project's VM) every create scans the inodes freed in its block group within the last
+    60-300 s, so deleting a used root right before measuring made the run's sends slower
+    (docs/performance.md, "Recycled message files"). :func:`_delete_used_roots` deletes them
+    after the measurements.
+
+    Returns:
+        Seconds since the bench last deleted used roots on this path (from ``ROOT.deleted``), or None.
+    """
     if root.exists():
         if not (root / MARKER).exists() and any(root.iterdir()):
             raise SystemExit(f"bench: {root} exists and was not made by the bench; pass an empty or new --root")
-        log(f"removing the previous bench root {root}")
-        shutil.rmtree(root)
+        aside = root.with_name(f"{root.name}.used-{time.time_ns()}")
+        log(f"moving the previous bench root aside to {aside} (deleted after this run's measurements)")
+        root.rename(aside)
     root.mkdir(parents=True)
     (root / MARKER).write_text("made by bench/run.py; removed by the next run\n")
+    try:
+        since = time.time() - float(root.with_name(f"{root.name}.deleted").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if since < EXT4_RECENT_DELETE_S:
+        log(
+            f"warning: the bench deleted used roots {since:.0f} s ago; on ext4 without a journal, creates "
+            f"within {EXT4_RECENT_DELETE_S} s of a mass delete cost more kernel CPU (sends are skewed)"
+        )
+    return round(since, 1)
+
+
+def _delete_used_roots(root: Path, *, including_root: bool) -> None:
+    """Delete the ``ROOT.used-*`` roots moved aside (and ``root`` itself), noting the time in ``ROOT.deleted``."""
+    doomed = sorted(root.parent.glob(f"{root.name}.used-*")) + ([root] if including_root else [])
+    if not doomed:
+        return
+    for path in doomed:
+        log(f"removing {path}")
+        shutil.rmtree(path, ignore_errors=True)
+    root.with_name(f"{root.name}.deleted").write_text(f"{time.time()} deleted {len(doomed)} bench root(s)\n")
 
 
 def _disk_receive(
@@ -1369,8 +1411,9 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC)
     own_server = args.url is None
     _lock_root(root)
+    since_delete: float | None = None
     if own_server:
-        _prepare_root(root)
+        since_delete = _prepare_root(root)
     else:
         root.mkdir(parents=True, exist_ok=True)
     log_dir = REPO_DIR / "var" / "bench-logs" / f"{started:%Y%m%dT%H%M%SZ}"
@@ -1400,6 +1443,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine_info(root, wrk_exe),
         "loadavg_at_start": _loadavg(),
+        # ext4 without a journal: creates within 300 s of a mass delete are slower (docs/performance.md).
+        "seconds_since_bench_deleted_roots": since_delete,
         "config": {
             "steps": sorted(steps, key=STEPS.index),
             "body_bytes": BODY_BYTES,
@@ -1430,7 +1475,8 @@ def main(argv: list[str] | None = None) -> int:
         for threads in sorted({1, cfg.disk_threads}) if "disk" in steps else ():
             log(f"disk loop: {threads} thread(s) for {cfg.duration_s:g} s in {disk_dir}")
             meter = CpuMeter({})
-            dl[f"threads_{threads}"] = disk_loop(disk_dir, threads=threads, duration_s=cfg.duration_s)
+            # keep_files: its files go with the root after the run, not between the steps it measures.
+            dl[f"threads_{threads}"] = disk_loop(disk_dir, threads=threads, duration_s=cfg.duration_s, keep_files=True)
             dl[f"threads_{threads}"]["cpu"] = meter.stop()
             log(f"  {dl[f'threads_{threads}']['msgs_per_s']} msgs/s")
         if dl:
@@ -1453,7 +1499,7 @@ def main(argv: list[str] | None = None) -> int:
                 threads = cfg.disk_threads
                 log(f"disk loop again: {threads} threads for {cfg.duration_s:g} s")
                 meter = CpuMeter(daemons.pids() if daemons is not None else {})
-                again = disk_loop(disk_dir, threads=threads, duration_s=cfg.duration_s)
+                again = disk_loop(disk_dir, threads=threads, duration_s=cfg.duration_s, keep_files=True)
                 again["cpu"] = meter.stop()
                 dl[f"threads_{threads}_after_sends"] = again
                 log(f"  {again['msgs_per_s']} msgs/s")
@@ -1559,9 +1605,8 @@ def main(argv: list[str] | None = None) -> int:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(text + "\n")
     log(f"results saved to {out_path}")
-    if own_server and not args.keep_root and failed is None:
-        log(f"removing {root}")
-        shutil.rmtree(root, ignore_errors=True)
+    if own_server:
+        _delete_used_roots(root, including_root=not args.keep_root and failed is None)
     print(text)
     return 1 if failed else 0
 
