@@ -522,7 +522,9 @@ class SparkBench:
         log(f"starting the Spark session ({master})")
         t0 = time.monotonic()
         extra = {"spark.driver.memory": self.args.driver_memory}
-        spark = spark_session(master, self.work / "driver", app_name="mq-bench-spark", extra=extra)
+        spark = spark_session(
+            master, self.work / "driver", app_name="mq-bench-spark", extra=extra, driver_nice=self.args.driver_nice
+        )
         session_s = time.monotonic() - t0
         self.spark = spark
         with contextlib.suppress(AttributeError):
@@ -1046,6 +1048,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quiet-timeout", type=float, default=900.0, help="give up waiting for quiet after this (default 900 s)"
     )
     p.add_argument("--no-warmup", action="store_true", help="no warm-up query after the session starts")
+    p.add_argument(
+        "--driver-nice",
+        type=int,
+        default=None,
+        help="start the driver's JVM in a session of its own at this nice value (root; mqcore.spark.session)",
+    )
     p.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
     p.add_argument(
         "--master",
@@ -1116,6 +1124,9 @@ def main(argv: list[str] | None = None) -> int:
             "spark": f"{args.master}, ui off, shuffle partitions 2, log level ERROR, driver memory {args.driver_memory}"
             + (", 2 workers x 2 cores, 2 executors x 1 core x 512 MiB" if args.master != "local[2]" else ""),
             "backlog": args.backlog,
+            "backlog_prefill": args.backlog_prefill,
+            "write_rounds": args.write_rounds,
+            "driver_nice": args.driver_nice,
             "warmup": not args.no_warmup,
             "profiled_with_py_spy": bool(args.profile),
             "server": "own (mq + mq-mover + mq-reaper started by the bench)" if own_server else args.url,
