@@ -521,7 +521,12 @@ class SparkBench:
             log(f"  cluster up in {res['cluster_start_s']:.1f} s at {master}")
         log(f"starting the Spark session ({master})")
         t0 = time.monotonic()
-        extra = {"spark.driver.memory": self.args.driver_memory}
+        # A backlog run has more micro-batches than the 100 progress entries a query keeps by default (its rows are
+        # counted from them).
+        extra = {
+            "spark.driver.memory": self.args.driver_memory,
+            "spark.sql.streaming.numRecentProgressUpdates": "10000",
+        }
         spark = spark_session(
             master, self.work / "driver", app_name="mq-bench-spark", extra=extra, driver_nice=self.args.driver_nice
         )
