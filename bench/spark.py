@@ -34,6 +34,13 @@ real disk, default ``./var/bench-root-spark``; or ``--url`` for a running server
     The same rows written by a streaming query: Parquet files (written first,
     not timed) read with ``readStream`` and ``trigger(availableNow=True)`` into
     ``writeStream.format("mq")``.
+``write_bar``
+    Issue 17's write bar, alternating in one run: ``--write-rounds`` (default 3)
+    rounds of ``--messages`` messages sent by the daemon's own HTTP batch send
+    (``send_batch`` of 10 with as many threads as the streaming write runs tasks
+    at once, i.e. the same total concurrency), each followed by the same number
+    of rows written by an availableNow streaming write (as ``stream_sink``, a
+    new checkpoint and queue per round); the bar is the ratio of the medians.
 ``backlog``
     A queue of ``--backlog`` messages (default 1,000,000) drained by one
     availableNow run into noop, with the driver's RSS (this process, its JVM and
@@ -46,7 +53,8 @@ messages/s (the better of the thread counts). Issue 17, on the standalone
 cluster: source >= 1.0 x HTTP receive+delete with the same total concurrency
 (the driver's requests in flight, ``DRIVER_THREADS`` = 4: the 4-thread HTTP
 figure), and the streaming write >= 0.8 x the HTTP ``send_batch`` rate (the
-prefills). ``--master cluster`` (the default) starts a standalone cluster
+prefills; ``write_bar`` measures it against the same concurrency, alternating).
+``--master cluster`` (the default) starts a standalone cluster
 (mqcore.spark.cluster: a master and 2 workers of 2 cores; the app gets 2
 executors of 1 core); ``--master local[2]`` measures in one JVM. Settings are
 mqcore.spark.session's; before any part a warm-up (a tiny streaming read and a
@@ -74,6 +82,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -101,7 +110,7 @@ from bench.run import (
 from mqcore.client import Client
 
 #: Parts of a run, in the default order.
-PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink", "backlog")
+PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink", "write_bar", "backlog")
 #: Parts run without --parts (the backlog part is long: ask for it).
 DEFAULT_PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink")
 #: Bar of issue 5: the source's messages/s over the HTTP receive+delete messages/s.
@@ -391,9 +400,9 @@ class SparkBench:
         self.queues.append(full)
         return full
 
-    def prefill(self, queue: str, count: int, *, what: str) -> dict[str, Any]:
-        """Send ``count`` bodies with ``--prefill-threads`` threads of ``send_batch``; messages/s."""
-        threads, size = self.args.prefill_threads, self.args.body_bytes
+    def prefill(self, queue: str, count: int, *, what: str, threads: int | None = None) -> dict[str, Any]:
+        """Send ``count`` bodies with ``threads`` (default ``--prefill-threads``) threads of ``send_batch``."""
+        threads, size = threads or self.args.prefill_threads, self.args.body_bytes
         self.settle()
         log(f"prefill {what}: {count:,} messages of {size} bytes, {threads} thread(s) of send_batch")
         shares = [range(k, count, threads) for k in range(threads)]
@@ -512,8 +521,15 @@ class SparkBench:
             log(f"  cluster up in {res['cluster_start_s']:.1f} s at {master}")
         log(f"starting the Spark session ({master})")
         t0 = time.monotonic()
-        extra = {"spark.driver.memory": self.args.driver_memory}
-        spark = spark_session(master, self.work / "driver", app_name="mq-bench-spark", extra=extra)
+        # A backlog run has more micro-batches than the 100 progress entries a query keeps by default (its rows are
+        # counted from them).
+        extra = {
+            "spark.driver.memory": self.args.driver_memory,
+            "spark.sql.streaming.numRecentProgressUpdates": "10000",
+        }
+        spark = spark_session(
+            master, self.work / "driver", app_name="mq-bench-spark", extra=extra, driver_nice=self.args.driver_nice
+        )
         session_s = time.monotonic() - t0
         self.spark = spark
         with contextlib.suppress(AttributeError):
@@ -733,20 +749,8 @@ class SparkBench:
         before = self.before_part()
         log(f"stream_sink: availableNow write of {n:,} rows from Parquet")
         meter = self.meter()
-        t0 = time.monotonic()
-        df = self.spark.readStream.schema("body STRING").parquet(str(src))
-        query = (
-            self._writer(df.writeStream, queue)
-            .option("checkpointLocation", str(self.work / "ck-stream-sink"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        seconds = time.monotonic() - t0
+        seconds, query = self._stream_write(src, queue, self.work / "ck-stream-sink")
         cpu = meter.stop(n)
-        self._alive()
-        if query.exception() is not None:
-            raise RuntimeError(f"streaming write failed: {query.exception()}")
         ready = self.client.queue_stats(queue)["ready"]
         res = {
             "queue": queue,
@@ -763,6 +767,74 @@ class SparkBench:
             raise RuntimeError(f"the streaming sink wrote {ready} messages of {n}")
         return res
 
+    def _stream_write(self, src: Path, queue: str, checkpoint: Path) -> tuple[float, Any]:
+        """One availableNow streaming write of the Parquet files in ``src`` into ``queue``; (seconds, query)."""
+        t0 = time.monotonic()
+        df = self.spark.readStream.schema("body STRING").parquet(str(src))
+        query = (
+            self._writer(df.writeStream, queue)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        seconds = time.monotonic() - t0
+        self._alive()
+        if query.exception() is not None:
+            raise RuntimeError(f"streaming write failed: {query.exception()}")
+        return seconds, query
+
+    def write_concurrency(self) -> int:
+        """Requests a streaming write has in flight: its tasks at once (one ``send_batch`` each, in turn)."""
+        return min(self.args.partitions, int(self.spark.sparkContext.defaultParallelism))
+
+    def write_bar(self) -> dict[str, Any]:
+        """Issue 17's write bar in one run: stream-write rounds alternating with their HTTP reference.
+
+        Each of ``--write-rounds`` rounds sends ``--messages`` messages with the daemon's own
+        HTTP batch send (``send_batch`` of 10, as many threads as the streaming write has tasks
+        at once: :meth:`write_concurrency`) into a fresh queue, then writes the same number of
+        rows with an availableNow streaming write (Parquet -> ``writeStream.format("mq")``, a
+        new checkpoint) into another fresh queue. The bar compares the medians.
+        """
+        n, rounds = self.args.messages, self.args.write_rounds
+        threads = self.write_concurrency()
+        src = self.work / "write-bar-input"
+        self._rows(n).write.mode("overwrite").parquet(str(src))
+        before = self.before_part()
+        log(f"write_bar: {rounds} rounds of {n:,} messages, HTTP send_batch with {threads} threads, then stream write")
+        http_rates: list[float] = []
+        stream_rates: list[float] = []
+        loads: list[list[float]] = []
+        for r in range(rounds):
+            loads.append(_loadavg())
+            sent = self.prefill(self.queue(f"spark-bench-wb-http-{r}"), n, what=f"write_bar round {r}", threads=threads)
+            http_rates.append(sent["msgs_per_s"])
+            queue = self.queue(f"spark-bench-wb-stream-{r}")
+            self.settle()
+            seconds, _ = self._stream_write(src, queue, self.work / f"ck-write-bar-{r}")
+            ready = self.client.queue_stats(queue)["ready"]
+            if ready < n:
+                raise RuntimeError(f"the streaming write wrote {ready} messages of {n}")
+            stream_rates.append(round(n / seconds, 1))
+            log(f"  round {r}: HTTP send {http_rates[-1]:,} msgs/s, stream write {stream_rates[-1]:,} msgs/s")
+        loads.append(_loadavg())
+        http_median, stream_median = statistics.median(http_rates), statistics.median(stream_rates)
+        ratio = _ratio(stream_median, http_median)
+        log(f"  medians: HTTP send {http_median:,}, stream write {stream_median:,}: {ratio}x")
+        return {
+            "messages_per_round": n,
+            "rounds": rounds,
+            "http_send_threads": threads,
+            "http_send_batch_msgs_per_s": http_rates,
+            "stream_write_msgs_per_s": stream_rates,
+            "http_send_median": http_median,
+            "stream_write_median": stream_median,
+            "ratio_of_medians": ratio,
+            "loadavg_between_rounds": loads,
+            "before": before,
+        }
+
     def backlog(self) -> dict[str, Any]:
         """A ``--backlog`` queue drained by one availableNow run; the driver's RSS sampled every 0.5 s.
 
@@ -770,8 +842,19 @@ class SparkBench:
         data source's driver-side runner, which holds one micro-batch at a time).
         """
         n = self.args.backlog
-        queue = self.queue("spark-bench-backlog")
-        self.prefill(queue, n, what="backlog")
+        if self.args.backlog_prefill == "store" and self.daemons is not None:
+            # mq's own protocol code, without the HTTP path and its fsyncs (bench/prefill.py), into a queue
+            # the daemon has not seen yet: it indexes the queue's folder when it first touches it.
+            from bench.prefill import fill
+
+            queue = "spark-bench-backlog"
+            log(f"prefill backlog: {n:,} messages written with mqcore's Store (no HTTP, no fsync)")
+            filled = fill(Path(self.args.root).resolve() / "mq", [(queue, n)], body_bytes=self.args.body_bytes)
+            log(f"  {filled['messages']:,} in {filled['write_s']} s + sync {filled['sync_s']} s")
+            self.queues.append(queue)
+        else:
+            queue = self.queue("spark-bench-backlog")
+            self.prefill(queue, n, what="backlog")
         before = self.before_part()
         max_batch = self.args.max_messages_per_batch
         log(f"backlog: availableNow drain of {n:,} messages, maxMessagesPerBatch {max_batch}, driver RSS sampled")
@@ -915,6 +998,14 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
             "bar": BAR_STREAM_SINK_OVER_HTTP_SEND,
             "met": ratio is not None and ratio >= BAR_STREAM_SINK_OVER_HTTP_SEND,
         }
+    if "write_bar" in result:
+        ratio = result["write_bar"]["ratio_of_medians"]
+        out["bar_stream_write_over_http_send_same_concurrency"] = {
+            "value": ratio,
+            "http_send_threads": result["write_bar"]["http_send_threads"],
+            "bar": BAR_STREAM_SINK_OVER_HTTP_SEND,
+            "met": ratio is not None and ratio >= BAR_STREAM_SINK_OVER_HTTP_SEND,
+        }
     if "backlog" in result:
         out["backlog"] = {k: result["backlog"][k] for k in ("messages", "msgs_per_s", "driver_peak_rss_mib")}
     return out
@@ -944,6 +1035,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--batch-size", type=int, default=10, help="sink option batchSize (default 10)")
     p.add_argument("--http-threads", default="1,4", help="thread counts of the HTTP receive+delete loops (default 1,4)")
+    p.add_argument("--write-rounds", type=int, default=3, help="rounds of the write_bar part (default 3)")
     p.add_argument("--prefill-threads", type=int, default=4, help="threads of send_batch for the prefills (default 4)")
     p.add_argument(
         "--parts",
@@ -961,11 +1053,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--quiet-timeout", type=float, default=900.0, help="give up waiting for quiet after this (default 900 s)"
     )
     p.add_argument("--no-warmup", action="store_true", help="no warm-up query after the session starts")
+    p.add_argument(
+        "--driver-nice",
+        type=int,
+        default=None,
+        help="start the driver's JVM in a session of its own at this nice value (root; mqcore.spark.session)",
+    )
     p.add_argument("--driver-memory", default="2g", help="spark.driver.memory (default 2g)")
     p.add_argument(
         "--master",
         default="cluster",
         help="cluster (start a standalone cluster: a master and 2 workers, default), local[N] or spark://HOST:PORT",
+    )
+    p.add_argument(
+        "--backlog-prefill",
+        choices=("http", "store"),
+        default="http",
+        help="fill the backlog with send_batch over HTTP (default) or with mqcore's Store directly (own server only)",
     )
     p.add_argument("--backlog", type=int, default=1_000_000, help="messages of the backlog part (default 1,000,000)")
     p.add_argument("--url", help="measure this running mq instead of starting one (queues get a per-run name)")
@@ -1025,6 +1129,9 @@ def main(argv: list[str] | None = None) -> int:
             "spark": f"{args.master}, ui off, shuffle partitions 2, log level ERROR, driver memory {args.driver_memory}"
             + (", 2 workers x 2 cores, 2 executors x 1 core x 512 MiB" if args.master != "local[2]" else ""),
             "backlog": args.backlog,
+            "backlog_prefill": args.backlog_prefill,
+            "write_rounds": args.write_rounds,
+            "driver_nice": args.driver_nice,
             "warmup": not args.no_warmup,
             "profiled_with_py_spy": bool(args.profile),
             "server": "own (mq + mq-mover + mq-reaper started by the bench)" if own_server else args.url,
@@ -1045,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.url
         result["config"]["url"] = url
         bench = SparkBench(args, url, daemons, work)
-        spark_parts = {"source", "source_prefetch", "sink", "stream_sink", "backlog"} & set(args.parts)
+        spark_parts = {"source", "source_prefetch", "sink", "stream_sink", "write_bar", "backlog"} & set(args.parts)
         startup: dict[str, Any] = {"startup_total_s": 0.0}
         if spark_parts:
             startup = bench.start_spark()
@@ -1061,6 +1168,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["sink"] = bench.sink()
             elif part == "stream_sink":
                 result["stream_sink"] = bench.stream_sink()
+            elif part == "write_bar":
+                result["write_bar"] = bench.write_bar()
             elif part == "backlog":
                 result["backlog"] = bench.backlog()
     except (RuntimeError, OSError) as exc:

@@ -108,6 +108,7 @@ def spark_session(
     extra: Mapping[str, str] | None = None,
     log_level: str = "ERROR",
     quick_jvm: bool = False,
+    driver_nice: int | None = None,
 ) -> Any:
     """Start (or get) a SparkSession on ``master`` with ``mq`` registered and scratch files in ``work_dir``.
 
@@ -122,6 +123,10 @@ def spark_session(
         extra: More confs (e.g. ``spark.driver.memory``), applied last.
         log_level: The driver's log level after start.
         quick_jvm: Start the driver's and executors' JVMs with :data:`QUICK_JAVA_OPTIONS` (short runs).
+        driver_nice: If given, start the driver's JVM in a session of its own (see
+            :func:`start_driver_jvm`) whose scheduling group gets this nice value (-20 to 19; a
+            negative one needs root or CAP_SYS_NICE, and is silently not applied without it).
+            Only when this process has not started a JVM yet.
     Returns:
         The ``pyspark.sql.SparkSession``.
     Raises:
@@ -136,10 +141,74 @@ def spark_session(
 
         import mqcore.spark
 
-        builder = SparkSession.builder.master(master).appName(app_name)
-        for key, value in session_conf(master, work_dir, extra, quick_jvm=quick_jvm).items():
+        conf = {"spark.master": master, "spark.app.name": app_name}
+        conf.update(session_conf(master, work_dir, extra, quick_jvm=quick_jvm))
+        if driver_nice is not None:
+            start_driver_jvm(conf, driver_nice)
+        builder = SparkSession.builder
+        for key, value in conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     mqcore.spark.register(spark)
     return spark
+
+
+def start_driver_jvm(conf: Mapping[str, str], nice: int) -> int | None:
+    """Start the driver's JVM (pyspark's gateway) in a session of its own, its scheduling group at ``nice``.
+
+    Why: Spark gives each Python worker the driver starts for planning (the Python data
+    source's planner, the streaming source's runner, a streaming sink's commit) a hard-coded
+    10 s to start and connect back (``PythonWorkerFactory.createSimpleWorker``), and fails the
+    query with "Python worker failed to connect back" otherwise. On Linux with autogroup
+    scheduling (``/proc/sys/kernel/sched_autogroup_enabled``), CPU is shared between sessions
+    first and between processes within a session second, so a driver in the session of a busy
+    parent (a test runner with its daemons) gets a slice of that session's share only,
+    whatever its own nice value. In a session of its own the driver and every Python worker it
+    starts get a share of their own, weighted by ``nice`` (``/proc/PID/autogroup``).
+
+    The JVM still exits with this process (it watches its stdin, a pipe from here). Does nothing
+    if this process already runs a JVM (pyspark keeps one per process).
+
+    Args:
+        conf: Every conf of the session (passed to ``spark-submit`` as pyspark does).
+        nice: The session's nice value, -20 (most CPU) to 19; lowering it below 0 needs root or
+            CAP_SYS_NICE. Without the permission, or without autogroup, the session stays at 0
+            (no error).
+    Returns:
+        The JVM's pid, or None if a JVM was running already (or pyspark attached to an existing one).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return None
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    # pyspark's launch_gateway is not annotated.
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway)
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return None
+    set_session_nice(proc.pid, nice)
+    return int(proc.pid)
+
+
+def set_session_nice(pid: int, nice: int) -> bool:
+    """Give the scheduling group (autogroup) of ``pid``'s session the nice value ``nice``, if allowed.
+
+    Linux's autogroup (``/proc/PID/autogroup``, sched(7)): every session is one group, and groups
+    share the CPU by their nice value before processes within a group share it by theirs.
+
+    Args:
+        pid: Any process of the session (e.g. one started with ``start_new_session=True``).
+        nice: -20 (most CPU) to 19; below 0 needs root or CAP_SYS_NICE.
+    Returns:
+        True if set; False without autogroup, without the permission, or if ``pid`` is gone.
+    """
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        return False
+    return True

@@ -89,6 +89,14 @@ def tmp_baseline() -> set[str]:
     return tmp_leftovers()
 
 
+#: The nice value of the Spark drivers' own scheduling groups in a parallel run (root only: see below).
+DRIVER_NICE = -10
+
+
+def _parallel_run() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
 def _favour_spark_in_a_parallel_run() -> None:
     """In a parallel run (pytest-xdist), run this worker and the Spark processes it starts at nice -5.
 
@@ -97,10 +105,38 @@ def _favour_spark_in_a_parallel_run() -> None:
     saturating a 2-core machine, a Python start has taken longer. The JVMs, the Python workers they
     fork and the crash/example subprocesses inherit the niceness. Lowering it needs root
     (CAP_SYS_NICE, as in CI); without it, nothing changes.
+
+    On Linux with autogroup scheduling a process's nice value counts only within its session, and
+    this worker shares one with the whole suite (its other workers and every daemon they start): so
+    the drivers also run in sessions of their own at :data:`DRIVER_NICE` (:func:`driver_nice`,
+    :func:`favour_driver`; docs/performance.md, "Spark (issue 17, stop 14)").
     """
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if _parallel_run():
         with contextlib.suppress(PermissionError):
             os.setpriority(os.PRIO_PROCESS, 0, -5)
+
+
+def driver_nice() -> int | None:
+    """``spark_session(driver_nice=...)`` for the run's drivers: :data:`DRIVER_NICE` in a parallel run, else None."""
+    return DRIVER_NICE if _parallel_run() else None
+
+
+@pytest.fixture(scope="session")
+def favour_driver() -> Callable[[int], None]:
+    """Give the session of a driver subprocess started with ``start_new_session=True`` :func:`driver_nice`.
+
+    For the crash test's driver and the flights example: their JVMs and the Python workers those
+    start inherit the session, so Spark's 10 s for a driver-side Python worker to connect back
+    is spent at that priority (mqcore.spark.session.set_session_nice; no-op without root).
+    """
+    from mqcore.spark.session import set_session_nice
+
+    def favour(pid: int) -> None:
+        nice = driver_nice()
+        if nice is not None:
+            set_session_nice(pid, nice)
+
+    return favour
 
 
 @pytest.fixture(scope="session")
@@ -139,7 +175,7 @@ def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
         work = tmp_path_factory.mktemp("spark-driver")
-        session = spark_session(spark_cluster.url, work, app_name="mq-tests", quick_jvm=True)
+        session = spark_session(spark_cluster.url, work, app_name="mq-tests", quick_jvm=True, driver_nice=driver_nice())
         yield session
         session.stop()
     finally:

@@ -170,7 +170,7 @@ def _sink_rows(sink: Path) -> list[dict[str, str]]:
 
 
 def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_nothing(
-    spark: Any, spark_cluster: Any, stack_factory: Any, tmp_path: Path
+    spark: Any, spark_cluster: Any, stack_factory: Any, tmp_path: Path, favour_driver: Any
 ) -> None:
     from mqcore.client import Client
 
@@ -188,6 +188,7 @@ def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_noth
         sent = dict(zip(results, bodies, strict=True))
 
         stream = Job(tmp_path, spark_cluster.url, stack.url, queue, STREAM_BATCH, HOLD_BATCH)
+        favour_driver(stream.proc.pid)
         try:
             _wait(lambda: list(sink.glob(f"batch-{HOLD_BATCH:06d}-*.jsonl")), f"batch {HOLD_BATCH} in the sink", stream)
         finally:

@@ -49,7 +49,7 @@ def _require_spark_and_flights() -> None:
 
 
 def test_flights_example_runs_end_to_end_on_the_cluster_and_its_cross_check_passes(
-    spark_cluster: Any, tmp_path: Path
+    spark_cluster: Any, tmp_path: Path, favour_driver: Any
 ) -> None:
     _require_spark_and_flights()
     output = tmp_path / "flights_by_carrier_month.parquet"
@@ -66,6 +66,7 @@ def test_flights_example_runs_end_to_end_on_the_cluster_and_its_cross_check_pass
     proc = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    favour_driver(proc.pid)
     try:
         stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
