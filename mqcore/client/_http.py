@@ -7,7 +7,9 @@ needs and returns the method's result); its docstring is written once too, in
 :class:`mqcore.client.api.QueueClient`. :class:`Client` drives operations over
 one ``httpx.Client`` and :class:`AsyncClient` over one ``httpx.AsyncClient``
 (so every call reuses the pool's keep-alive connections); the drivers only
-perform requests and retry them. The methods are listed once, in
+perform requests and retry them, and run the operations with
+:func:`mqcore.service.plans.run_sync` / :func:`~mqcore.service.plans.run_async`
+(an error is thrown into the operation, which may handle it). The methods are listed once, in
 :class:`mqcore.client._table.Operations` (shared with ``AsyncLocalClient``);
 each class makes them from the operations by one typed wrapper
 (:func:`_blocking`, :func:`_awaited`): a new method is an operation there and
@@ -26,6 +28,7 @@ the daemons raise.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -42,6 +45,7 @@ from mqcore.client._operations import Op, Request, Response
 from mqcore.client._table import Operations
 from mqcore.client.api import DEFAULT_URL, AsyncQueueClient, QueueClient, documented_by
 from mqcore.errors import ConnectionFailed, MQError, error_from_json
+from mqcore.service.plans import run_async, run_sync
 
 logger = logging.getLogger(__name__)
 
@@ -259,18 +263,13 @@ class Client(_Base, QueueClient):
             raise _connection_failed(request, exc) from exc
         return _answer(response)
 
+    def _send(self, request: Request) -> Response:
+        """``request``'s answer, retried as the module docstring says."""
+        response: Response = Retrying(**self._retry_options(request))(self._once, request)
+        return response
+
     def _run(self, op: Op[T]) -> T:
-        try:
-            request = next(op)
-            while True:
-                try:
-                    response: Response = Retrying(**self._retry_options(request))(self._once, request)
-                except MQError as exc:
-                    request = op.throw(exc)
-                else:
-                    request = op.send(response)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return run_sync(op, self._send)
 
     def close(self) -> None:
         self._http.close()
@@ -317,18 +316,13 @@ class AsyncClient(_Base, AsyncQueueClient):
             raise _connection_failed(request, exc) from exc
         return _answer(response)
 
+    async def _send(self, request: Request) -> Response:
+        """``request``'s answer, retried as the module docstring says."""
+        response: Response = await AsyncRetrying(**self._retry_options(request))(self._once, request)
+        return response
+
     async def _run(self, op: Op[T]) -> T:
-        try:
-            request = next(op)
-            while True:
-                try:
-                    response: Response = await AsyncRetrying(**self._retry_options(request))(self._once, request)
-                except MQError as exc:
-                    request = op.throw(exc)
-                else:
-                    request = op.send(response)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return await run_async(op, asyncio.to_thread, self._send)  # the operations yield only requests
 
     async def close(self) -> None:
         await self._http.aclose()
