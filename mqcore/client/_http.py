@@ -7,9 +7,13 @@ needs and returns the method's result); its docstring is written once too, in
 :class:`mqcore.client.api.QueueClient`. :class:`Client` drives operations over
 one ``httpx.Client`` and :class:`AsyncClient` over one ``httpx.AsyncClient``
 (so every call reuses the pool's keep-alive connections); the drivers only
-perform requests and retry them. Each class's methods are made from the
-operations by one typed wrapper (:func:`_blocking`, :func:`_awaited`): a new
-method is an operation there and one line in each class.
+perform requests and retry them, and run the operations with
+:func:`mqcore.service.plans.run_sync` / :func:`~mqcore.service.plans.run_async`
+(an error is thrown into the operation, which may handle it). The methods are listed once, in
+:class:`mqcore.client._table.Operations` (shared with ``AsyncLocalClient``);
+each class makes them from the operations by one typed wrapper
+(:func:`_blocking`, :func:`_awaited`): a new method is an operation there and
+one line in the table.
 
 Retries (tenacity): a request that fails with :class:`~mqcore.errors.ConnectionFailed`
 (no complete answer: refused, reset, timed out) or with an error whose class
@@ -24,6 +28,7 @@ the daemons raise.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -35,12 +40,12 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
-from mqcore.client import _operations as ops
 from mqcore.client._methods import derive
 from mqcore.client._operations import Op, Request, Response
-from mqcore.client._renamed import renamed_keyword
+from mqcore.client._table import Operations
 from mqcore.client.api import DEFAULT_URL, AsyncQueueClient, QueueClient, documented_by
 from mqcore.errors import ConnectionFailed, MQError, error_from_json
+from mqcore.service.plans import run_async, run_sync
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +119,7 @@ def _is_retriable(exc: BaseException) -> bool:
     return isinstance(exc, MQError) and exc.retriable
 
 
-class _Base:
+class _Base(Operations):
     """Settings, connection pool and retry policy common to :class:`Client` and :class:`AsyncClient`."""
 
     def __init__(
@@ -258,47 +263,22 @@ class Client(_Base, QueueClient):
             raise _connection_failed(request, exc) from exc
         return _answer(response)
 
+    def _send(self, request: Request) -> Response:
+        """``request``'s answer, retried as the module docstring says."""
+        response: Response = Retrying(**self._retry_options(request))(self._once, request)
+        return response
+
     def _run(self, op: Op[T]) -> T:
-        try:
-            request = next(op)
-            while True:
-                try:
-                    response: Response = Retrying(**self._retry_options(request))(self._once, request)
-                except MQError as exc:
-                    request = op.throw(exc)
-                else:
-                    request = op.send(response)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return run_sync(op, self._send)
 
     def close(self) -> None:
         self._http.close()
 
     # -- the API (docstrings: mqcore.client.api.QueueClient; operations: mqcore.client._operations) --
 
-    list_queues = _blocking(ops.list_queues)
-    create_queue = _blocking(ops.create_queue)
-    delete_queue = _blocking(ops.delete_queue)
-    queue_stats = _blocking(ops.queue_stats)
-    get_attributes = _blocking(ops.get_attributes)
-    set_attributes = _blocking(ops.set_attributes)
-    purge = _blocking(ops.purge)
-    send = _blocking(ops.send)
-    send_batch = _blocking(ops.send_batch)
-    receive = _blocking(ops.receive)
-    delete = _blocking(ops.delete)
-    delete_by_id = _blocking(ops.delete_by_id)
-    delete_batch = _blocking(ops.delete_batch)
-    change_visibility = renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")(
-        _blocking(ops.change_visibility)
-    )
-    change_visibility_batch = _blocking(ops.change_visibility_batch)
-    peek = _blocking(ops.peek)
-    peek_ids = _blocking(ops.peek_ids)
-    delete_by_ids = _blocking(ops.delete_by_ids)
-    start_redrive = _blocking(ops.start_redrive)
-    redrive_status = _blocking(ops.redrive_status)
-    cancel_redrive = _blocking(ops.cancel_redrive)
+    @classmethod
+    def _make_method(cls, name: str, op: Callable[..., Op[Any]]) -> Callable[..., Any]:
+        return _blocking(op)
 
 
 # -- the asyncio client ------------------------------------------------------------------------
@@ -336,44 +316,19 @@ class AsyncClient(_Base, AsyncQueueClient):
             raise _connection_failed(request, exc) from exc
         return _answer(response)
 
+    async def _send(self, request: Request) -> Response:
+        """``request``'s answer, retried as the module docstring says."""
+        response: Response = await AsyncRetrying(**self._retry_options(request))(self._once, request)
+        return response
+
     async def _run(self, op: Op[T]) -> T:
-        try:
-            request = next(op)
-            while True:
-                try:
-                    response: Response = await AsyncRetrying(**self._retry_options(request))(self._once, request)
-                except MQError as exc:
-                    request = op.throw(exc)
-                else:
-                    request = op.send(response)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return await run_async(op, asyncio.to_thread, self._send)  # the operations yield only requests
 
     async def close(self) -> None:
         await self._http.aclose()
 
     # -- the API (docstrings: mqcore.client.api.QueueClient; operations: mqcore.client._operations) --
 
-    list_queues = _awaited(ops.list_queues)
-    create_queue = _awaited(ops.create_queue)
-    delete_queue = _awaited(ops.delete_queue)
-    queue_stats = _awaited(ops.queue_stats)
-    get_attributes = _awaited(ops.get_attributes)
-    set_attributes = _awaited(ops.set_attributes)
-    purge = _awaited(ops.purge)
-    send = _awaited(ops.send)
-    send_batch = _awaited(ops.send_batch)
-    receive = _awaited(ops.receive)
-    delete = _awaited(ops.delete)
-    delete_by_id = _awaited(ops.delete_by_id)
-    delete_batch = _awaited(ops.delete_batch)
-    change_visibility = renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")(
-        _awaited(ops.change_visibility)
-    )
-    change_visibility_batch = _awaited(ops.change_visibility_batch)
-    peek = _awaited(ops.peek)
-    peek_ids = _awaited(ops.peek_ids)
-    delete_by_ids = _awaited(ops.delete_by_ids)
-    start_redrive = _awaited(ops.start_redrive)
-    redrive_status = _awaited(ops.redrive_status)
-    cancel_redrive = _awaited(ops.cancel_redrive)
+    @classmethod
+    def _make_method(cls, name: str, op: Callable[..., Op[Any]]) -> Callable[..., Any]:
+        return _awaited(op)

@@ -2,8 +2,11 @@
 
 It holds a :class:`LocalClient` and uses only its public surface: each of its
 methods is made from the LocalClient method of the same name by one typed
-wrapper, :func:`_coroutine` (the same parameters; a new LocalClient method is
-one line here). Calls that never wait run the LocalClient method in
+wrapper, :func:`_coroutine` (the same parameters). Which methods: the table
+:class:`mqcore.client._table.Operations`, shared with the HTTP clients (mypy
+types them from the HTTP operations' parameters, which
+``tests/client/test_interface.py`` keeps equal to LocalClient's through the
+Protocol), and ``close``. Calls that never wait run the LocalClient method in
 ``asyncio.to_thread``. The ones that may wait (``send``, ``send_batch``: for
 capacity; ``receive``: long polling) are written in LocalClient as operations;
 they are driven here: file work in worker threads, sleeps awaited on the event
@@ -23,7 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from mqcore.client._local import LocalClient
 from mqcore.client._local_waiters import Op, Sleep, Undoable
 from mqcore.client._methods import OPERATION, derive
-from mqcore.client._renamed import renamed_keyword
+from mqcore.client._table import Operations
 from mqcore.client.api import AsyncQueueClient, documented_by
 from mqcore.service.plans import run_async
 
@@ -102,7 +105,7 @@ def _coroutine(
 
 
 @documented_by(AsyncQueueClient)
-class AsyncLocalClient(AsyncQueueClient):
+class AsyncLocalClient(Operations, AsyncQueueClient):
     """:class:`LocalClient` with every method a coroutine, for asyncio programs.
 
     Its methods are the asyncio client interface, documented once in
@@ -127,26 +130,8 @@ class AsyncLocalClient(AsyncQueueClient):
     # -- the API: LocalClient's methods (docstrings: mqcore.client.api.QueueClient) --
 
     close = _coroutine(LocalClient.close)
-    list_queues = _coroutine(LocalClient.list_queues)
-    create_queue = _coroutine(LocalClient.create_queue)
-    delete_queue = _coroutine(LocalClient.delete_queue)
-    queue_stats = _coroutine(LocalClient.queue_stats)
-    get_attributes = _coroutine(LocalClient.get_attributes)
-    set_attributes = _coroutine(LocalClient.set_attributes)
-    purge = _coroutine(LocalClient.purge)
-    send = _coroutine(LocalClient.send)
-    send_batch = _coroutine(LocalClient.send_batch)
-    receive = _coroutine(LocalClient.receive)
-    delete = _coroutine(LocalClient.delete)
-    delete_by_id = _coroutine(LocalClient.delete_by_id)
-    delete_batch = _coroutine(LocalClient.delete_batch)
-    change_visibility = renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")(
-        _coroutine(LocalClient.change_visibility)
-    )
-    change_visibility_batch = _coroutine(LocalClient.change_visibility_batch)
-    peek = _coroutine(LocalClient.peek)
-    peek_ids = _coroutine(LocalClient.peek_ids)
-    delete_by_ids = _coroutine(LocalClient.delete_by_ids)
-    start_redrive = _coroutine(LocalClient.start_redrive)
-    redrive_status = _coroutine(LocalClient.redrive_status)
-    cancel_redrive = _coroutine(LocalClient.cancel_redrive)
+
+    @classmethod
+    def _make_method(cls, name: str, op: Callable[..., Any]) -> Callable[..., Any]:
+        """The method ``name`` of the table: LocalClient's method of that name, as a coroutine."""
+        return _coroutine(getattr(LocalClient, name))

@@ -18,7 +18,8 @@ A new method is declared here (in both Protocols, the docstring in
 ``mqcore/client/_operations.py`` made a method of ``Client`` and ``AsyncClient``
 by their driver wrappers (``_blocking`` / ``_awaited`` in ``_http.py``), and a
 method of ``LocalClient`` made one of ``AsyncLocalClient`` by its wrapper
-(``_coroutine`` in ``_local_async.py``).
+(``_coroutine`` in ``_local_async.py``); the three list it once, in the table
+``mqcore/client/_table.py``.
 
 The keyword options of ``send``, ``send_json``, ``receive``, ``peek`` and
 ``iter_peek`` are declared once, as ``TypedDict`` s in
