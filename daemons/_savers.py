@@ -126,7 +126,7 @@ class Savers(Executor):
         #: The loop the jobs' results go back to (the first one to hand over a job; mq runs one loop), and its delivery.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._delivery: LoopDelivery | None = None
-        #: The savers' own lock (a job's queue check and ids, once per job); the loop thread never takes it.
+        #: The savers' own lock (a batch's ids, taken once per job); the loop thread never takes it.
         self._lock = threading.Lock()
         #: Held while a thread is started or the pool closes (rare).
         self._start_lock = threading.Lock()
@@ -281,9 +281,7 @@ class Savers(Executor):
     def _write(self, job: SaveJob, i: int) -> None:
         """Write entry ``i`` of ``job``; the thread writing its last file publishes the job."""
         if not job.ids:
-            with self._lock:
-                if not job.ids:
-                    self._open(job)
+            self._open(job)
         if job.refused is not None:
             job.results[i] = job.refused
         else:
@@ -298,15 +296,30 @@ class Savers(Executor):
             self._publish(job)
 
     def _open(self, job: SaveJob) -> None:
-        """Check that the job's queue exists and take its ids: once per job, by its first thread (under the lock)."""
+        """Check that the job's queue exists and take its ids, once per job: by its only thread, or under the lock.
+
+        The ``stat`` is made outside the lock (a thread holding it over a system call would stall the
+        other savers); the threads of one batch that start before its ids are taken may each make one.
+        """
+        refused: MQError | None = None
         try:
             if not self.store.queue_exists(job.queue):
-                job.refused = QueueNotFound(f"queue {job.queue!r} does not exist", queue=job.queue)
+                refused = QueueNotFound(f"queue {job.queue!r} does not exist", queue=job.queue)
         except MQError as exc:  # the stat failed: whether the queue exists is unknown
-            job.refused = exc
-        ids = self.store.ids.next_ids(len(job.entries))
+            refused = exc
+        if len(job.entries) == 1:  # a single send: no other thread takes a file of it
+            self._take_ids(job, refused)
+            return
+        with self._lock:
+            if not job.ids:
+                self._take_ids(job, refused)
+
+    def _take_ids(self, job: SaveJob, refused: MQError | None) -> None:
+        job.refused = refused
+        count = len(job.entries)
+        ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
         job.results = list(ids)
-        job.ids = ids
+        job.ids = ids  # last: a thread that finds it set reads results and refused without the lock
 
     def _publish(self, job: SaveJob) -> None:
         """Rename the job's written files into place, in entry order, and leave them with the group commit."""
