@@ -23,9 +23,10 @@ Usage::
     .venv/bin/python bench/disk_loop.py --threads 64 --duration 10 [--dir ./var/bench-diskloop]
     .venv/bin/python bench/disk_loop.py --receive --threads 16 --duration 10
 
-It prints one JSON object on stdout (``msgs_per_s``, ``mb_per_s`` and
-per-message latency); :func:`disk_loop` and :func:`receive_delete_loop` are
-the same measurements as functions.
+It prints one JSON object on stdout (``msgs_per_s``, ``mb_per_s``,
+per-message latency and ``cpu_ms_per_msg``: the kernel's work for those
+system calls); :func:`disk_loop` and :func:`receive_delete_loop` are the
+same measurements as functions.
 """
 
 from __future__ import annotations
