@@ -77,8 +77,9 @@ class SaveJob:
         self.entries = entries
         self.future = future
         #: The entries' ids, taken in entry order by the first thread to take a file of the job (under
-        #: the pool's lock, with one ``os.urandom`` for all), so the job keeps its order (FIFO) whichever
-        #: write finishes first. Set last: a thread that finds it set may read ``results`` and ``refused``.
+        #: the pool's lock if the job has several; one ``os.urandom`` for all), so the job keeps its order
+        #: (FIFO) whichever write finishes first. Set last: a thread that finds it set may read ``results``
+        #: and ``refused``.
         self.ids: list[MessageId] = []
         self.results: Results = []
         #: The error of every entry when the queue's check failed (no such queue: nothing is written).
