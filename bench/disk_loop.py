@@ -23,9 +23,10 @@ Usage::
     .venv/bin/python bench/disk_loop.py --threads 64 --duration 10 [--dir ./var/bench-diskloop]
     .venv/bin/python bench/disk_loop.py --receive --threads 16 --duration 10
 
-It prints one JSON object on stdout (``msgs_per_s``, ``mb_per_s`` and
-per-message latency); :func:`disk_loop` and :func:`receive_delete_loop` are
-the same measurements as functions.
+It prints one JSON object on stdout (``msgs_per_s``, ``mb_per_s``,
+per-message latency and ``cpu_ms_per_msg``: the kernel's work for those
+system calls); :func:`disk_loop` and :func:`receive_delete_loop` are the
+same measurements as functions.
 """
 
 from __future__ import annotations
@@ -113,7 +114,9 @@ def disk_loop(
         return True
 
     try:
-        messages, elapsed, latencies, _ = _run_threads(threads, duration_s, str(queue_dir), one_send, "disk-loop")
+        messages, elapsed, latencies, _, cpu_s = _run_threads(
+            threads, duration_s, str(queue_dir), one_send, "disk-loop"
+        )
     finally:
         if not keep_files:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -124,6 +127,7 @@ def disk_loop(
         "msgs_per_s": round(messages / elapsed, 1),
         "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2),
         "latency_ms": _latency_ms(latencies),
+        "cpu_ms_per_msg": round(cpu_s * 1000 / messages, 3) if messages else None,
         "body_bytes": body_bytes,
         "directory": str(Path(directory).resolve()),
     }
@@ -131,19 +135,22 @@ def disk_loop(
 
 def _run_threads(
     threads: int, duration_s: float, sync_dir: str, one: Callable[[int, int, int], bool], name: str
-) -> tuple[int, float, list[list[float]], bool]:
+) -> tuple[int, float, list[list[float]], bool, float]:
     """Run ``one(thread_index, n, dir_fd)`` in a loop on ``threads`` threads for ``duration_s`` seconds.
 
     Each thread opens ``sync_dir`` once (the directory it fsyncs) and, after a
     common start, calls ``one`` for its messages n = 0, 1, ... and times each
     call. ``one`` returns False when the thread has nothing left: every thread
     then stops and the window ends there. Returns ``(messages, elapsed_s,
-    per-thread latencies in s, exhausted)``.
+    per-thread latencies in s, exhausted, cpu_s)``; ``cpu_s`` is the CPU time
+    (user + system, ``time.thread_time``) the threads spent in their loops:
+    the kernel's work for the system calls, to set beside mq's CPU per message.
 
     Raises:
         OSError: The first error of any thread (all threads stop).
     """
     counts = [0] * threads
+    cpu = [0.0] * threads
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -157,6 +164,7 @@ def _run_threads(
         try:
             dfd = os.open(sync_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             start.wait()
+            cpu0 = time.thread_time()
             while not stop.is_set():
                 t0 = time.perf_counter()
                 if not one(index, n, dfd):
@@ -166,6 +174,7 @@ def _run_threads(
                 lat.append(time.perf_counter() - t0)
                 n += 1
                 counts[index] = n
+                cpu[index] = time.thread_time() - cpu0
         except threading.BrokenBarrierError:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
@@ -195,7 +204,7 @@ def _run_threads(
             t.join()
     if errors:
         raise errors[0]
-    return messages, elapsed, latencies, exhausted.is_set()
+    return messages, elapsed, latencies, exhausted.is_set(), sum(cpu)
 
 
 def _latency_ms(latencies: list[list[float]]) -> dict[str, float]:
@@ -296,7 +305,9 @@ def receive_delete_loop(
             os.unlink(removed)
             return True
 
-        messages, elapsed, latencies, exhausted = _run_threads(threads, duration_s, rdir, one_receive_delete, "rd-loop")
+        messages, elapsed, latencies, exhausted, cpu_s = _run_threads(
+            threads, duration_s, rdir, one_receive_delete, "rd-loop"
+        )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     return {
@@ -306,6 +317,7 @@ def receive_delete_loop(
         "msgs_per_s": round(messages / elapsed, 1) if elapsed else 0.0,
         "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2) if elapsed else 0.0,
         "latency_ms": _latency_ms(latencies),
+        "cpu_ms_per_msg": round(cpu_s * 1000 / messages, 3) if messages else None,
         "prefill": prefill,
         "prefill_s": round(prefill_s, 2),
         "exhausted": exhausted,

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 from daemons._loopdelivery import LoopDelivery, delivery_for
-from mqcore.errors import MQError
+from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName
 from mqcore.protocol import PendingMessage, SendEntry, Store
 
@@ -58,22 +59,38 @@ class SaveJob:
         future: Resolved on the loop with :data:`Results` (or a bug's exception).
     """
 
-    __slots__ = ("entries", "future", "ids", "left", "queue", "results", "unsynced", "written")
+    __slots__ = (
+        "entries",
+        "files_done",
+        "future",
+        "ids",
+        "queue",
+        "refused",
+        "results",
+        "syncs",
+        "syncs_done",
+        "written",
+    )
 
     def __init__(self, queue: QueueName, entries: list[SendEntry], future: asyncio.Future[Results]) -> None:
         self.queue = queue
         self.entries = entries
         self.future = future
         #: The entries' ids, taken in entry order by the first thread to take a file of the job (under
-        #: the pool's lock), so the job keeps its order (FIFO) whichever write finishes first.
+        #: the pool's lock if the job has several; one ``os.urandom`` for all), so the job keeps its order
+        #: (FIFO) whichever write finishes first. Set last: a thread that finds it set may read ``results``
+        #: and ``refused``.
         self.ids: list[MessageId] = []
         self.results: Results = []
+        #: The error of every entry when the queue's check failed (no such queue: nothing is written).
+        self.refused: MQError | None = None
         #: Written files by entry index (None: the write failed).
         self.written: list[PendingMessage | None] = [None] * len(entries)
-        #: Files still to write (under the pool's lock).
-        self.left = len(entries)
-        #: Directory fsyncs still to come (under the pool's lock).
-        self.unsynced = 0
+        #: Counts the files written (``next`` of an ``itertools.count`` is atomic under the GIL: no lock).
+        self.files_done = itertools.count(1)
+        #: Directory fsyncs the job waits for, and a count of those done (as ``files_done``).
+        self.syncs = 0
+        self.syncs_done = itertools.count(1)
 
 
 class _Call:
@@ -110,7 +127,7 @@ class Savers(Executor):
         #: The loop the jobs' results go back to (the first one to hand over a job; mq runs one loop), and its delivery.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._delivery: LoopDelivery | None = None
-        #: The savers' own lock (job counters and ids); the loop thread never takes it.
+        #: The savers' own lock (a batch's ids, taken once per job); the loop thread never takes it.
         self._lock = threading.Lock()
         #: Held while a thread is started or the pool closes (rare).
         self._start_lock = threading.Lock()
@@ -264,23 +281,46 @@ class Savers(Executor):
 
     def _write(self, job: SaveJob, i: int) -> None:
         """Write entry ``i`` of ``job``; the thread writing its last file publishes the job."""
-        entry = job.entries[i]
         if not job.ids:
-            with self._lock:
-                if not job.ids:
-                    job.ids = [self.store.ids.next_id() for _ in job.entries]
-                    job.results = list(job.ids)
-        try:
-            job.written[i] = self.store.write_new(
-                job.queue, entry.body, entry.content_type, entry.attributes, job.ids[i], entry.attribute_types
-            )
-        except MQError as exc:
-            job.results[i] = exc
-        with self._lock:
-            job.left -= 1
-            last = job.left == 0
-        if last:
+            self._open(job)
+        if job.refused is not None:
+            job.results[i] = job.refused
+        else:
+            entry = job.entries[i]
+            try:
+                job.written[i] = self.store.write_new_file(
+                    job.queue, entry.body, entry.content_type, entry.attributes, job.ids[i], entry.attribute_types
+                )
+            except MQError as exc:
+                job.results[i] = exc
+        if next(job.files_done) == len(job.entries):
             self._publish(job)
+
+    def _open(self, job: SaveJob) -> None:
+        """Check that the job's queue exists and take its ids, once per job: by its only thread, or under the lock.
+
+        The ``stat`` is made outside the lock (a thread holding it over a system call would stall the
+        other savers); the threads of one batch that start before its ids are taken may each make one.
+        """
+        refused: MQError | None = None
+        try:
+            if not self.store.queue_exists(job.queue):
+                refused = QueueNotFound(f"queue {job.queue!r} does not exist", queue=job.queue)
+        except MQError as exc:  # the stat failed: whether the queue exists is unknown
+            refused = exc
+        if len(job.entries) == 1:  # a single send: no other thread takes a file of it
+            self._take_ids(job, refused)
+            return
+        with self._lock:
+            if not job.ids:
+                self._take_ids(job, refused)
+
+    def _take_ids(self, job: SaveJob, refused: MQError | None) -> None:
+        job.refused = refused
+        count = len(job.entries)
+        ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
+        job.results = list(ids)
+        job.ids = ids  # last: a thread that finds it set reads results and refused without the lock
 
     def _publish(self, job: SaveJob) -> None:
         """Rename the job's written files into place, in entry order, and leave them with the group commit."""
@@ -294,7 +334,7 @@ class Savers(Executor):
         if not renamed:
             self._finish(job, None)
             return
-        job.unsynced = len(renamed)
+        job.syncs = len(renamed)
         for directory, ks in renamed.items():
             done = self._synced(job, [written[k][0] for k in ks])
             self.store.disk.sync_dir_later(directory, "fsync of the directory", done)
@@ -304,10 +344,7 @@ class Savers(Executor):
             if error is not None:
                 for i in entry_indexes:
                     job.results[i] = error
-            with self._lock:
-                job.unsynced -= 1
-                last = job.unsynced == 0
-            if last:
+            if next(job.syncs_done) == job.syncs:
                 self._finish(job, None)
 
         return done

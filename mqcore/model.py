@@ -35,10 +35,28 @@ def encode(
     attribute_types: dict[str, str] | None = None,
     extra: dict[str, str] | None = None,
 ) -> bytes:
-    """Return the file content for ``body`` (bytes).
+    """Return the file content for ``body`` (bytes): :func:`encode_header` followed by ``body``.
+
+    The arguments are :func:`encode_header`'s, with the body itself in place of its length.
+    """
+    return encode_header(len(body), content_type, attributes, queue, attribute_types, extra) + body
+
+
+def encode_header(
+    body_bytes: int,
+    content_type: str | None = None,
+    attributes: dict[str, str] | None = None,
+    queue: str | None = None,
+    attribute_types: dict[str, str] | None = None,
+    extra: dict[str, str] | None = None,
+) -> bytes:
+    """Return the start of a message file, up to and including the header's newline; the body follows it.
+
+    A writer that has the body as its own buffer writes the two with one ``writev`` instead of
+    copying a large body into one string first.
 
     Args:
-        body: The body, stored exactly.
+        body_bytes: Length of the body that follows, in bytes.
         content_type: Its Content-Type, if given.
         attributes: User message attributes (name -> string), if any.
         queue: The queue it is sent to; kept so a redrive out of a dead-letter
@@ -48,7 +66,7 @@ def encode(
             ``attributes`` as base64), if any: header key ``attribute_types``.
         extra: More header keys (a FIFO message's ``group_id`` and ``dedup_id``, docs/protocol.md 19).
     """
-    header: dict[str, Any] = {"body_bytes": len(body)}
+    header: dict[str, Any] = {"body_bytes": body_bytes}
     if content_type:
         header["content_type"] = content_type
     if attributes:
@@ -60,7 +78,7 @@ def encode(
         header["queue"] = queue
     if extra:
         header.update(extra)
-    return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
+    return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n"
 
 
 def decode(data: bytes) -> tuple[dict[str, Any], bytes]:

@@ -261,9 +261,15 @@ class Disk:
 
         self.syncer.sync_later(path, synced)
 
-    def write_file(self, path: str, data: bytes, *, exists_ok_to_retry: bool = False) -> None:
+    def write_file(self, path: str, data: bytes, *, exists_ok_to_retry: bool = False, body: bytes = b"") -> None:
         """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise.
 
+        Args:
+            path: The file to create.
+            data: Its content (a message file's header, if ``body`` follows).
+            exists_ok_to_retry: Raise FileExistsError for EEXIST (the caller retries under another name).
+            body: Bytes written after ``data`` with the same ``writev``, so a large message body is
+                not copied into one string with its header first.
         Raises:
             FileExistsError: The create said EEXIST and ``exists_ok_to_retry`` (nothing was created).
             StorageUnavailable: Any other failure (EEXIST too without ``exists_ok_to_retry``).
@@ -279,10 +285,7 @@ class Disk:
             raise storage_error("create", exc) from exc
         step = "write"
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            write_all(fd, data, body)
             if self.fsync:
                 step = "fsync"
                 started = time.perf_counter()
@@ -312,6 +315,25 @@ class Disk:
             raise
         rename_or_unlink(tmp, os.path.join(directory, name), f"replacing {name}")
         self.sync_dir(directory, f"replacing {name}")
+
+
+def write_all(fd: int, first: bytes, second: bytes = b"") -> None:
+    """Write ``first`` then ``second`` to ``fd`` completely: one ``writev`` (one ``write`` if ``second`` is empty).
+
+    A short write (a signal, a full pipe; not a regular file's usual case) continues with the rest.
+
+    Raises:
+        OSError: A write failed.
+    """
+    written = os.writev(fd, (first, second)) if second else os.write(fd, first)
+    for part in (first, second):
+        if written >= len(part):
+            written -= len(part)
+            continue
+        view = memoryview(part)[written:]
+        written = 0
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def temporary_path(directory: str, name: str) -> str:

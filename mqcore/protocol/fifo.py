@@ -175,12 +175,15 @@ def _retire_unless_being_written(path: str, now_ms: int) -> bool:
 def _write_new(store: Store, queue: QueueName, message: FifoSend) -> PendingMessage:
     """Step 2: ``new/Q.ID`` written (O_EXCL) and fsynced, with the FIFO header keys."""
     extra = {GROUP_KEY: message.group_id, DEDUP_KEY: message.dedup_id}
-    data = model.encode(message.body, message.content_type, message.attributes, queue, message.attribute_types, extra)
+    body = message.body
+    head = model.encode_header(
+        len(body), message.content_type, message.attributes, queue, message.attribute_types, extra
+    )
     for attempt in range(1, SEND_CREATE_ATTEMPTS + 1):
         message_id = store.ids.next_id()
         path = store.layout.new_path(queue, message_id)
         try:
-            store.disk.write_file(path, data, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS)
+            store.disk.write_file(path, head, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS, body=body)
         except FileExistsError:
             continue  # section 13.2: a fresh id is a fresh name
         return PendingMessage(queue, message_id, path)

@@ -78,12 +78,32 @@ class Sending(Queues):
                 is unlinked (or left for mq-reaper if even that fails).
         """
         self._require_queue(queue)
+        return self.write_new_file(queue, body, content_type, attributes, message_id, attribute_types)
+
+    def write_new_file(
+        self,
+        queue: QueueName,
+        body: bytes,
+        content_type: str | None = None,
+        attributes: dict[str, str] | None = None,
+        message_id: MessageId | None = None,
+        attribute_types: dict[str, str] | None = None,
+    ) -> PendingMessage:
+        """:meth:`write_new` without its check that the queue exists (one ``stat``): for a caller that checked.
+
+        The daemon's savers check a batch's queue once for all its files. If the
+        queue is gone anyway (deleted since), the file is written and the
+        publish's rename finds that out (QueueNotFound, the file unlinked).
+
+        Raises:
+            StorageUnavailable: Create, write or fsync failed (see :meth:`write_new`).
+        """
         message_id = message_id or self.ids.next_id()
-        data = model.encode(body, content_type, attributes, queue, attribute_types)
+        head = model.encode_header(len(body), content_type, attributes, queue, attribute_types)
         for attempt in range(1, SEND_CREATE_ATTEMPTS + 1):
             path = self.layout.new_path(queue, message_id)
             try:
-                self.disk.write_file(path, data, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS)
+                self.disk.write_file(path, head, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS, body=body)
             except FileExistsError:
                 # Ids are unique, so the name is not another sender's file: GlusterFS without kernel caches
                 # can answer EEXIST to both of two racing O_EXCL creates with no file left (docs/protocol.md
@@ -110,9 +130,13 @@ class Sending(Queues):
         target_dir = self._publish_rename(pending, delay_ms, self.clock())
         self.disk.sync_dir(target_dir, "fsync of the directory")
 
-    def _publish_rename(self, pending: PendingMessage, delay_ms: int, now: int) -> str:
-        """The rename of :meth:`publish`, delays counted from ``now`` (epoch ms); returns the directory to fsync."""
-        qdir = self.layout.queue_dir(pending.queue)
+    def _publish_rename(self, pending: PendingMessage, delay_ms: int, now: int, qdir: str | None = None) -> str:
+        """The rename of :meth:`publish`, delays counted from ``now`` (epoch ms); returns the directory to fsync.
+
+        ``qdir``: the queue's directory, if the caller has it (a batch's renames look it up once).
+        """
+        if qdir is None:
+            qdir = self.layout.queue_dir(pending.queue)
         if delay_ms > 0:
             target_dir = self.layout.delay
             target = self.layout.delay_path(
@@ -195,9 +219,13 @@ class Sending(Queues):
         now = self.clock()
         results: list[MQError | None] = [None] * len(items)
         renamed: dict[str, list[int]] = {}
+        qdirs: dict[QueueName, str] = {}
         for i, (pending, delay_ms) in enumerate(items):
+            qdir = qdirs.get(pending.queue)
+            if qdir is None:
+                qdir = qdirs[pending.queue] = self.layout.queue_dir(pending.queue)
             try:
-                renamed.setdefault(self._publish_rename(pending, delay_ms, now), []).append(i)
+                renamed.setdefault(self._publish_rename(pending, delay_ms, now, qdir), []).append(i)
             except MQError as exc:
                 results[i] = exc
         return results, renamed

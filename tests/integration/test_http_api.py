@@ -65,6 +65,22 @@ async def test_200_kib_body_round_trip(stack, queue):
     assert reply.body == body
 
 
+async def test_chunked_body_of_several_pieces_round_trips(stack, queue):
+    """A body sent with Transfer-Encoding: chunked, in pieces of any size (an empty one too), is stored whole."""
+    await stack.create_queue(queue)
+    pieces = [os.urandom(70_000), b"", b"x", os.urandom(300_000)]
+
+    async def body():
+        for piece in pieces:
+            yield piece
+
+    reply = await stack.request("POST", f"/{queue}/messages", data=body())
+    assert reply.status == 201, reply.body
+    received = await stack.receive(queue)
+    assert received.header("X-Message-Id") == reply.header("X-Message-Id")
+    assert received.body == b"".join(pieces)
+
+
 async def test_empty_body_round_trip(stack, queue):
     await stack.create_queue(queue)
     message_id = await stack.send(queue, b"")
