@@ -318,7 +318,7 @@ class Broker:
         queue, wanted, partition = request.queue, request.max_messages, request.partition
         fetcher = self.queues.fetcher_for(queue)
         out: dict[str, ReceivedMessage] = {}
-        popped = False
+        popped = caught_up = False
         held: list[str] = []
         fifo = is_fifo_queue(queue)
         if fifo:  # one receive of a FIFO queue at a time here: its group check and its leases go together (19.3)
@@ -344,6 +344,9 @@ class Broker:
                             break
                         (held if name.partition(".")[0] in out else names).append(name)
                     if not names:
+                        if not out and not caught_up and self.queues.catch_up():
+                            caught_up = True  # events held back by the inotify window may add ready names
+                            continue
                         break
                     popped = True
                     outcome = await fetcher.thread.run(

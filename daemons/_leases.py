@@ -17,6 +17,7 @@ The receives (:class:`daemons._broker.Broker`) tell it what they leased
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 from daemons._handoff import Handoff
@@ -148,6 +149,8 @@ class Leases:
             Per handle, in order: (message id, where it was), or the error that handle met
             (StaleReceiptHandle, MessageNotFound, StorageUnavailable...).
         """
+        if not handles:
+            return []
         hints = [self.memory.current(handle) for handle in handles]
 
         def delete_all() -> list[str | MQError]:
@@ -171,6 +174,35 @@ class Leases:
                 self._deleted_by_handle(queue, handle, where)
                 results.append((handle.message_id, where))
         return results
+
+    async def delete_many(
+        self, queue: QueueName, targets: list[ReceiptHandle | MessageId]
+    ) -> list[tuple[str, str] | MQError]:
+        """The deletes of one batch (``POST /<queue>/messages/delete``): by receipt handle or by message id.
+
+        The handles' deletes are one job of the remover thread (:meth:`delete_by_handles`: one
+        future, not a task and a future per entry); the rarer deletes by id (:meth:`delete`) run
+        beside it, and all of them are made durable by the fsync of ``remove/`` of their batch.
+
+        Returns:
+            Per target, in order: (message id, where it was), or the error that target met.
+        """
+        handles = [t for t in targets if isinstance(t, ReceiptHandle)]
+        by_handle = self.delete_by_handles(queue, handles)
+        if len(handles) == len(targets):
+            return await by_handle
+        ids = [t for t in targets if not isinstance(t, ReceiptHandle)]
+        by_id = asyncio.gather(*(self._delete_caught(queue, m) for m in ids))
+        handled, id_done = await asyncio.gather(by_handle, by_id)
+        handle_results, id_results = iter(handled), iter(id_done)
+        return [next(handle_results) if isinstance(t, ReceiptHandle) else next(id_results) for t in targets]
+
+    async def _delete_caught(self, queue: QueueName, message_id: MessageId) -> tuple[str, str] | MQError:
+        """:meth:`delete` with its MQError returned, not raised (one entry of a batch)."""
+        try:
+            return message_id, await self.delete(queue, message_id)
+        except MQError as exc:
+            return exc
 
     async def change_visibility(
         self, queue: QueueName, handle: ReceiptHandle, visibility_timeout_seconds: int

@@ -46,6 +46,10 @@ CHANGE_CHECK_SECONDS = 0.05
 RECENT_CHANGE_NS = 200_000_000
 #: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name; 5 min at 10 s).
 FULL_RESCAN_TURNS = 30
+#: Seconds inotify events of the queue directories gather before one read, while other processes keep changing
+#: them (mq-mover's redeliveries, other daemons' and clients' sends, leases and deletes): one wake of the loop per
+#: window instead of one per rename (this daemon's own leases are departures too). See :meth:`QueueStates.start`.
+WATCH_WINDOW_SECONDS = 0.005
 #: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
 Meta = tuple[dict[str, Any], int | None, MessageId | None]
 
@@ -143,13 +147,50 @@ class QueueStates:
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
         self._turn = 0
+        #: The end of the current inotify window (None: the loop waits for the descriptor).
+        self._window: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        """Attach inotify to the loop and start the periodic rescan."""
+        """Attach inotify to the loop and start the periodic rescan.
+
+        The queue directories' events are read in windows: when the
+        descriptor becomes readable the loop stops watching it and reads every
+        event queued :data:`WATCH_WINDOW_SECONDS` later, then again every window
+        while events keep coming, and watches the descriptor again once a window
+        brought none (no wake while idle). Before, every rename woke the loop once,
+        and most renames are this daemon's own leases (a departure each): about one
+        wake, an ``ioctl`` and a ``read`` per message received (docs/performance.md,
+        "Receive side: batches"). What this daemon does itself does not wait for a
+        window: its sends and changes of visibility read the events at once
+        (:meth:`note_ready`), as does a delete by id that has no lease to go by and a
+        receive that finds the index empty (:meth:`catch_up`).
+        """
         self.watcher = open_watcher()
         if self.watcher is not None:
-            asyncio.get_running_loop().add_reader(self.watcher.fileno(), self.on_watch_events)
+            asyncio.get_running_loop().add_reader(self.watcher.fileno(), self._on_readable)
         self._rescan_task = asyncio.create_task(self.rescan_loop(), name="mq-rescan")
+
+    def _on_readable(self) -> None:
+        """The inotify descriptor became readable: read what it holds at the end of a window."""
+        assert self.watcher is not None
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.watcher.fileno())
+        self._window = loop.call_later(WATCH_WINDOW_SECONDS, self._window_ended)
+
+    def _window_ended(self) -> None:
+        """End of a window: read the events; another window if there were any, else watch the descriptor."""
+        self._window = None
+        if self.watcher is None or self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        if self.on_watch_events():
+            self._window = loop.call_later(WATCH_WINDOW_SECONDS, self._window_ended)
+        else:
+            loop.add_reader(self.watcher.fileno(), self._on_readable)
+
+    def catch_up(self) -> bool:
+        """Read the inotify events a window holds back (a receive found nothing ready); True if there were any."""
+        return self._window is not None and self.on_watch_events()
 
     def wake_all(self) -> None:
         """Wake every waiting receive and send (mq stops: they look again and return)."""
@@ -164,6 +205,9 @@ class QueueStates:
             self._rescan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._rescan_task
+        if self._window is not None:
+            self._window.cancel()
+            self._window = None
         if self.watcher is not None:
             asyncio.get_running_loop().remove_reader(self.watcher.fileno())
             self.watcher.close()
@@ -318,10 +362,13 @@ class QueueStates:
             if signal is not None:
                 signal.fire()  # waiters look again (and find the queue gone: 404)
 
-    def on_watch_events(self) -> None:
+    def on_watch_events(self) -> bool:
+        """Apply every inotify event queued now (never blocks); True if there were any."""
         assert self.watcher is not None
-        for event in self.watcher.read():
+        events = self.watcher.read()
+        for event in events:
             self._apply_event(event)
+        return bool(events)
 
     def _apply_event(self, event: DirEvent) -> None:
         if event.overflow:
