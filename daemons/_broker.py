@@ -377,11 +377,10 @@ class Broker:
         if not out and check_exists and not await fetcher.thread.run(self.store.queue_exists, queue):
             self.queues.forget_queue(queue)
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        leases = self.leases.memory
-        for message in out.values():
-            leases.received(message)
-        self.counts.add("received", queue, len(out))
-        return list(out.values())
+        messages = list(out.values())
+        self.leases.memory.received(*messages)
+        self.counts.add("received", queue, len(messages))
+        return messages
 
     async def _receive_waiting(self, request: ReceiveRequest) -> list[ReceivedMessage]:
         """Lease up to ``max_messages``; if none is ready, wait up to ``wait_time_seconds`` for one (long polling).

@@ -121,20 +121,28 @@ class Leases:
         """
         hint = self.memory.current(handle)
         where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
-        self._deleted_by_handle(queue, handle, where)
+        self._deleted_by_handles(queue, [(handle, where)])
         return handle.message_id, where
 
-    def _deleted_by_handle(self, queue: QueueName, handle: ReceiptHandle, where: str) -> None:
-        """After a delete by ``handle`` (loop thread): forget the lease, wake who may be waiting, count it."""
-        self.memory.released(handle)
+    def _deleted_by_handles(self, queue: QueueName, deleted: list[tuple[ReceiptHandle, str]]) -> None:
+        """After deletes by handle (loop thread): forget the leases, wake who may be waiting, count them.
+
+        Args:
+            queue: The queue.
+            deleted: (handle, where its message was) of each delete done.
+        """
+        if not deleted:
+            return
+        self.memory.released(*(handle for handle, _ in deleted))
         if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
             self.queues.fire(self.queues.arrivals, queue)
-        if where == "ready":
-            state = self.queues.fetcher_for(queue).queues.get(queue)
-            if state is not None:
-                state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
-            self.queues.fire(self.queues.room, queue)
-        self.counts.add("deleted", queue)
+        for handle, where in deleted:
+            if where == "ready":
+                state = self.queues.fetcher_for(queue).queues.get(queue)
+                if state is not None:
+                    state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
+                self.queues.fire(self.queues.room, queue)
+        self.counts.add("deleted", queue, len(deleted))
 
     async def delete_by_handles(
         self, queue: QueueName, handles: list[ReceiptHandle]
@@ -151,7 +159,7 @@ class Leases:
         """
         if not handles:
             return []
-        hints = [self.memory.current(handle) for handle in handles]
+        hints = self.memory.currents(handles)
 
         def delete_all() -> list[str | MQError]:
             out: list[str | MQError] = []
@@ -167,12 +175,14 @@ class Leases:
         except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
             return [copy.copy(exc) for _ in handles]
         results: list[tuple[str, str] | MQError] = []
+        deleted: list[tuple[ReceiptHandle, str]] = []
         for handle, where in zip(handles, wheres, strict=True):
             if isinstance(where, MQError):
                 results.append(where)
             else:
-                self._deleted_by_handle(queue, handle, where)
+                deleted.append((handle, where))
                 results.append((handle.message_id, where))
+        self._deleted_by_handles(queue, deleted)
         return results
 
     async def delete_many(

@@ -480,6 +480,10 @@ def removed_entry_queue(filename: str) -> QueueName | None:
     return QueueName(queue)
 
 
+#: Queue directory paths a :class:`Layout` remembers (cleared when full).
+_MAX_CACHED_QUEUE_DIRS = 100_000
+
+
 class Layout:
     """The folder tree under one root: ``new/``, ``queues/<queue>/``, ``delay/``, ``remove/``.
 
@@ -489,6 +493,8 @@ class Layout:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
+        #: queue name -> its checked directory path (every receive and delete asks for one).
+        self._queue_dirs: dict[str, str] = {}
         self.new = os.path.join(self.root, NEW_DIR)
         self.queues = os.path.join(self.root, QUEUES_DIR)
         self.delay = os.path.join(self.root, DELAY_DIR)
@@ -501,8 +507,14 @@ class Layout:
             os.makedirs(path, exist_ok=True)
 
     def queue_dir(self, queue: QueueName) -> str:
-        """Path of ``queues/<queue>`` (the name is checked again: defence in depth)."""
-        return os.path.join(self.queues, check_queue_name(queue))
+        """Path of ``queues/<queue>`` (the name is checked again, once per name: defence in depth)."""
+        path = self._queue_dirs.get(queue) if type(queue) is str else None
+        if path is None:
+            path = os.path.join(self.queues, check_queue_name(queue))
+            if len(self._queue_dirs) >= _MAX_CACHED_QUEUE_DIRS:
+                self._queue_dirs.clear()
+            self._queue_dirs[queue] = path
+        return path
 
     def attributes_path(self, queue: QueueName) -> str:
         """Path of ``queues/<queue>/.attributes``."""
