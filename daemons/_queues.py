@@ -32,7 +32,7 @@ from mqcore.index import Listing, ReadyIndex
 from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, MessageId, QueueName, parse_ready_name
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.service.receive import lease_policy
-from mqcore.watch import DirEvent, DirWatcher, open_watcher
+from mqcore.watch import ARRIVED, DIR_GONE, LEFT, OVERFLOW, DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
@@ -138,7 +138,8 @@ class QueueStates:
         #: Senders waiting for room under a capacity, per queue.
         self.room: dict[QueueName, Signal] = {}
         self._loading: dict[QueueName, asyncio.Task[QueueState]] = {}
-        self._early_events: dict[QueueName, list[DirEvent]] = {}
+        #: Events (tag, name, kind) of queues being loaded, applied once their listing is in.
+        self._early_events: dict[QueueName, list[tuple[str, str, int]]] = {}
         self._rescan_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         #: The filesystem of the root (None if /proc/mounts cannot tell).
@@ -331,7 +332,7 @@ class QueueStates:
     async def _load_queue(self, fetcher: Fetcher, queue: QueueName) -> QueueState:
         qdir = self.store.layout.queue_dir(queue)
         watched = self.watcher.watch(qdir, queue) if self.watcher is not None else False
-        early: list[DirEvent] = []
+        early: list[tuple[str, str, int]] = []
         self._early_events[queue] = early
         try:
             index, meta = await fetcher.thread.run(self._list_and_index, queue)
@@ -347,8 +348,8 @@ class QueueStates:
         policy = lease_policy(attrs, meta[2])
         state = QueueState(index, watched, meta[0], attrs, meta[1], meta[2], policy)
         fetcher.queues[queue] = state
-        for event in early:
-            self._apply_to_state(queue, state, event)
+        for _, name, kind in early:
+            self._apply_to_state(queue, state, name, kind)
         logger.info("indexed queue=%s ready=%d inotify=%s", queue, len(state.index), watched)
         return state
 
@@ -365,41 +366,41 @@ class QueueStates:
     def on_watch_events(self) -> bool:
         """Apply every inotify event queued now (never blocks); True if there were any."""
         assert self.watcher is not None
-        events = self.watcher.read()
+        events = self.watcher.read_tagged()
         for event in events:
-            self._apply_event(event)
+            self._apply_event(*event)
         return bool(events)
 
-    def _apply_event(self, event: DirEvent) -> None:
-        if event.overflow:
+    def _apply_event(self, tag: str, name: str, kind: int) -> None:
+        """One event of :meth:`mqcore.watch.DirWatcher.read_tagged` (``tag`` is the queue)."""
+        if kind == OVERFLOW:
             logger.warning("inotify queue overflowed, rescanning every indexed queue")
             asyncio.get_running_loop().create_task(self.rescan_all())
             return
-        queue = QueueName(event.tag)
+        queue = QueueName(tag)
         early = self._early_events.get(queue)
         if early is not None:
-            early.append(event)
+            early.append((tag, name, kind))
             return
         state = self.fetcher_for(queue).queues.get(queue)
         if state is not None:
-            self._apply_to_state(queue, state, event)
+            self._apply_to_state(queue, state, name, kind)
 
-    def _apply_to_state(self, queue: QueueName, state: QueueState, event: DirEvent) -> None:
+    def _apply_to_state(self, queue: QueueName, state: QueueState, name: str, kind: int) -> None:
         """One inotify event of ``queue``'s directory. Names starting with "." are metadata, never messages."""
-        if event.dir_gone:
+        if kind == DIR_GONE:
             self.forget_queue(queue)
             return
-        name = event.name
         if name.startswith("."):
-            if event.arrived and name in (ATTRIBUTES_FILE, PURGE_FILE):
+            if kind == ARRIVED and name in (ATTRIBUTES_FILE, PURGE_FILE):
                 state.meta_stale = True
                 self.fire(self.room, queue)  # a waiting sender re-reads the capacity
             return
-        if event.arrived:
+        if kind == ARRIVED:
             if parse_ready_name(name) is not None:
                 state.index.add(name)
                 self.fire(self.arrivals, queue)
-        elif event.left and name in state.index:
+        elif kind == LEFT and name in state.index:
             state.index.discard(name)
             self.fire(self.room, queue)
 

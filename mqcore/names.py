@@ -70,6 +70,8 @@ _QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
 _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _DEADLINE_DIGITS = 13
 _COUNT_RE = re.compile(r"0|[1-9][0-9]{0,8}")
+#: ``ID.RC``: :data:`_ID_RE` and :data:`_COUNT_RE` as one pattern (ids and counts hold no ".").
+_READY_NAME_RE = re.compile(rf"({_ID_RE.pattern})\.({_COUNT_RE.pattern})")
 _DEADLINE_RE = re.compile(r"[0-9]{13}")
 _TOKEN_RE = re.compile(r"[0-9a-f]{17,32}")
 _TOKEN32_RE = re.compile(r"[0-9a-f]{32}")
@@ -315,10 +317,10 @@ def ready_name(message_id: MessageId, receive_count: int) -> str:
 
 def parse_ready_name(filename: str) -> tuple[MessageId, int] | None:
     """Parse ``ID.RC``; return ``(message_id, receive_count)`` or None for any other name."""
-    mid, dot, rc = filename.partition(".")
-    if not dot or not _COUNT_RE.fullmatch(rc) or not _ID_RE.fullmatch(mid):
+    match = _READY_NAME_RE.fullmatch(filename)  # one regex: every receive parses the name it leases
+    if match is None:
         return None
-    return MessageId(mid), int(rc)
+    return match[1], int(match[2])  # type: ignore[return-value]  # match[1] is an id (the NewType is a no-op)
 
 
 def in_flight_name(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -136,8 +135,10 @@ class Leases(Queues):
                 return None
             if count == 0:
                 first_receive_ms = now
-                with contextlib.suppress(OSError):
+                try:
                     os.utime(fd, ns=(now * 1_000_000, now * 1_000_000))
+                except OSError:
+                    pass
             else:
                 first_receive_ms = st.st_mtime_ns // 1_000_000
             data = _read_file(fd, st.st_size)
