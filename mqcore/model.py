@@ -13,6 +13,7 @@ attributes without changing the file-name protocol.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +64,8 @@ def encode(
     return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
 
 
-_scan_json = json.JSONDecoder().scan_once
+#: The C scanner of a default :class:`json.JSONDecoder`: ``(text, index) -> (value, end)``.
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, not declared
 
 
 def _header_json(raw: bytes) -> Any:

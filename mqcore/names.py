@@ -74,6 +74,13 @@ _COUNT_RE = re.compile(r"0|[1-9][0-9]{0,8}")
 _READY_NAME_RE = re.compile(rf"({_ID_RE.pattern})\.({_COUNT_RE.pattern})")
 _DEADLINE_RE = re.compile(r"[0-9]{13}")
 _TOKEN_RE = re.compile(r"[0-9a-f]{17,32}")
+#: A ``delay/`` name as one pattern (every delete by handle parses one): ``DL.Q.fifo.ID.RC.LT`` (a FIFO queue,
+#: v2 only, section 19.1), or ``DL.Q.ID.RC.LT`` / v1's ``DL.Q.ID.RC`` (a queue name without a ".").
+_IN_FLIGHT_NAME_RE = re.compile(
+    rf"({_DEADLINE_RE.pattern})\."
+    rf"(?:([A-Za-z0-9_-]{{1,75}}\.fifo)\.({_ID_RE.pattern})\.({_COUNT_RE.pattern})\.({_TOKEN_RE.pattern})"
+    rf"|([A-Za-z0-9_-]{{1,80}})\.({_ID_RE.pattern})\.({_COUNT_RE.pattern})(?:\.({_TOKEN_RE.pattern}))?)"
+)
 _TOKEN32_RE = re.compile(r"[0-9a-f]{32}")
 
 NEW_DIR = "new"
@@ -340,26 +347,13 @@ def in_flight_name(
 
 def parse_in_flight_name(filename: str) -> InFlightName | None:
     """Parse a ``delay/`` file name ``DL.Q.ID.RC.LT`` (or v1's ``DL.Q.ID.RC``); None for any other name."""
-    parts = filename.split(".")
-    if len(parts) == 6 and parts[2] == "fifo":  # DL.Q.fifo.ID.RC.LT: a FIFO queue (v2 only), section 19.1
-        parts = [parts[0], parts[1] + FIFO_SUFFIX, *parts[3:]]
-    if len(parts) == 5:
-        deadline, queue, mid, rc, token = parts
-        if not _TOKEN_RE.fullmatch(token):
-            return None
-    elif len(parts) == 4:
-        deadline, queue, mid, rc = parts
-        token = ""
-    else:
+    match = _IN_FLIGHT_NAME_RE.fullmatch(filename) if isinstance(filename, str) else None
+    if match is None:
         return None
-    if (
-        not _DEADLINE_RE.fullmatch(deadline)
-        or not _COUNT_RE.fullmatch(rc)
-        or not _QUEUE_RE.fullmatch(queue)
-        or not _ID_RE.fullmatch(mid)
-    ):
-        return None
-    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token)
+    deadline, fifo_queue, fifo_mid, fifo_rc, fifo_token, queue, mid, rc, token = match.groups()
+    if fifo_queue is not None:
+        return InFlightName(int(deadline), QueueName(fifo_queue), MessageId(fifo_mid), int(fifo_rc), fifo_token)
+    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token or "")
 
 
 def lease_key_of(filename: str) -> str | None:
