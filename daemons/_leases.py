@@ -160,9 +160,9 @@ class Leases:
         if not handles:
             return []
         hints = self.memory.currents(handles)
+        out: list[str | MQError] = []
 
         def delete_all() -> list[str | MQError]:
-            out: list[str | MQError] = []
             for handle, hint in zip(handles, hints, strict=True):
                 try:
                     out.append(self.store.delete_by_handle(queue, handle, hint, sync=False))
@@ -172,8 +172,10 @@ class Leases:
 
         try:
             wheres = await self.remover.run(delete_all)
-        except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
-            return [copy.copy(exc) for _ in handles]
+        except MQError as exc:  # the batch's fsync of remove/ failed: none of its renames is durable
+            if len(out) != len(handles):  # the job itself failed
+                return [copy.copy(exc) for _ in handles]
+            return [where if isinstance(where, MQError) else copy.copy(exc) for where in out]
         results: list[tuple[str, str] | MQError] = []
         deleted: list[tuple[ReceiptHandle, str]] = []
         for handle, where in zip(handles, wheres, strict=True):
