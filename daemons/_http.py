@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from daemons import _auth
+from daemons._answers import batch_ids_answer, received_json, received_messages_answer
 from daemons._broker import Broker
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes, attributes_size, check_message_attributes
 from mqcore.errors import (
@@ -35,7 +36,15 @@ from mqcore.errors import (
     echo,
 )
 from mqcore.model import ReceivedMessage
-from mqcore.names import QueueName, check_message_id, check_queue_name, is_fifo_queue, is_queue_prefix
+from mqcore.names import (
+    MessageId,
+    QueueName,
+    ReceiptHandle,
+    check_message_id,
+    check_queue_name,
+    is_fifo_queue,
+    is_queue_prefix,
+)
 from mqcore.protocol import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT, PeekedFile, SendEntry
 from mqcore.redrive import DEFAULT_REDRIVE_RATE
 from mqcore.service import fifo
@@ -307,17 +316,6 @@ def _stored_json(message: ReceivedMessage | PeekedFile) -> dict[str, Any]:
     }
 
 
-def _received_json(message: ReceivedMessage) -> dict[str, Any]:
-    return {
-        "message_id": message.message_id,
-        "receipt_handle": message.receipt_handle,
-        **_stored_json(message),
-        "first_receive_timestamp_ms": message.first_receive_ms,
-        "visibility_deadline_ms": message.deadline_ms,
-        **fifo.native_fields(message),
-    }
-
-
 # -- queues ----------------------------------------------------------------
 
 
@@ -573,7 +571,7 @@ async def receive_message(request: web.Request) -> web.Response:
         broker = request.app[BROKER]
         messages = await broker.run_in(broker.savers, fifo.with_fifo_ids, broker.store, messages)
     if as_json:
-        return web.json_response({"messages": [_received_json(m) for m in messages]})
+        return received_messages_answer([received_json(m, fifo.native_fields(m)) for m in messages])
     if not messages:
         return web.Response(status=204)
     message = messages[0]
@@ -730,18 +728,29 @@ async def delete_batch(request: web.Request) -> web.Response:
     broker = request.app[BROKER]
     entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
     await broker.queue_state(queue)
-
-    async def op(entry_id: str, item: dict[str, Any], where: str) -> dict[str, Any]:
-        check_keys(item, ("id", "receipt_handle", "message_id"), where)
-        if ("receipt_handle" in item) == ("message_id" in item):
-            raise InvalidRequest(f"{where} needs exactly one of receipt_handle and message_id", field=where)
-        if "receipt_handle" in item:
-            await broker.leases.delete_by_handle(queue, check_handle(item["receipt_handle"], queue))
-        else:
-            await broker.leases.delete(queue, check_message_id(item["message_id"]))
-        return {"id": entry_id}
-
-    return await _run_entries(entries, op)
+    errors: list[MQError | None] = [None] * len(entries)
+    targets: list[tuple[int, ReceiptHandle | MessageId]] = []
+    for i, (_, item) in enumerate(entries):
+        where = f"entries[{i}]"
+        try:
+            check_keys(item, ("id", "receipt_handle", "message_id"), where)
+            if ("receipt_handle" in item) == ("message_id" in item):
+                raise InvalidRequest(f"{where} needs exactly one of receipt_handle and message_id", field=where)
+            if "receipt_handle" in item:
+                targets.append((i, check_handle(item["receipt_handle"], queue)))
+            else:
+                targets.append((i, check_message_id(item["message_id"])))
+        except MQError as exc:
+            errors[i] = exc
+    results = await broker.leases.delete_many(queue, [target for _, target in targets])
+    for (i, _), result in zip(targets, results, strict=True):
+        if isinstance(result, MQError):
+            errors[i] = result
+    pairs = list(zip((entry_id for entry_id, _ in entries), errors, strict=True))
+    return batch_ids_answer(
+        [entry_id for entry_id, error in pairs if error is None],
+        [failed_entry(entry_id, error) for entry_id, error in pairs if error is not None],
+    )
 
 
 async def visibility_batch(request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ The receives (:class:`daemons._broker.Broker`) tell it what they leased
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 from daemons._handoff import Handoff
@@ -120,20 +121,28 @@ class Leases:
         """
         hint = self.memory.current(handle)
         where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
-        self._deleted_by_handle(queue, handle, where)
+        self._deleted_by_handles(queue, [(handle, where)])
         return handle.message_id, where
 
-    def _deleted_by_handle(self, queue: QueueName, handle: ReceiptHandle, where: str) -> None:
-        """After a delete by ``handle`` (loop thread): forget the lease, wake who may be waiting, count it."""
-        self.memory.released(handle)
+    def _deleted_by_handles(self, queue: QueueName, deleted: list[tuple[ReceiptHandle, str]]) -> None:
+        """After deletes by handle (loop thread): forget the leases, wake who may be waiting, count them.
+
+        Args:
+            queue: The queue.
+            deleted: (handle, where its message was) of each delete done.
+        """
+        if not deleted:
+            return
+        self.memory.released(*(handle for handle, _ in deleted))
         if is_fifo_queue(queue):  # the delete may free a message group: long polls look again (protocol.md 19.3)
             self.queues.fire(self.queues.arrivals, queue)
-        if where == "ready":
-            state = self.queues.fetcher_for(queue).queues.get(queue)
-            if state is not None:
-                state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
-            self.queues.fire(self.queues.room, queue)
-        self.counts.add("deleted", queue)
+        for handle, where in deleted:
+            if where == "ready":
+                state = self.queues.fetcher_for(queue).queues.get(queue)
+                if state is not None:
+                    state.index.discard(ready_name(handle.message_id, handle.lease.receive_count))
+                self.queues.fire(self.queues.room, queue)
+        self.counts.add("deleted", queue, len(deleted))
 
     async def delete_by_handles(
         self, queue: QueueName, handles: list[ReceiptHandle]
@@ -148,10 +157,12 @@ class Leases:
             Per handle, in order: (message id, where it was), or the error that handle met
             (StaleReceiptHandle, MessageNotFound, StorageUnavailable...).
         """
-        hints = [self.memory.current(handle) for handle in handles]
+        if not handles:
+            return []
+        hints = self.memory.currents(handles)
+        out: list[str | MQError] = []
 
         def delete_all() -> list[str | MQError]:
-            out: list[str | MQError] = []
             for handle, hint in zip(handles, hints, strict=True):
                 try:
                     out.append(self.store.delete_by_handle(queue, handle, hint, sync=False))
@@ -161,16 +172,49 @@ class Leases:
 
         try:
             wheres = await self.remover.run(delete_all)
-        except MQError as exc:  # the batch's fsync of remove/ failed: no delete of it is durable
-            return [copy.copy(exc) for _ in handles]
+        except MQError as exc:  # the batch's fsync of remove/ failed: none of its renames is durable
+            if len(out) != len(handles):  # the job itself failed
+                return [copy.copy(exc) for _ in handles]
+            return [where if isinstance(where, MQError) else copy.copy(exc) for where in out]
         results: list[tuple[str, str] | MQError] = []
+        deleted: list[tuple[ReceiptHandle, str]] = []
         for handle, where in zip(handles, wheres, strict=True):
             if isinstance(where, MQError):
                 results.append(where)
             else:
-                self._deleted_by_handle(queue, handle, where)
+                deleted.append((handle, where))
                 results.append((handle.message_id, where))
+        self._deleted_by_handles(queue, deleted)
         return results
+
+    async def delete_many(
+        self, queue: QueueName, targets: list[ReceiptHandle | MessageId]
+    ) -> list[tuple[str, str] | MQError]:
+        """The deletes of one batch (``POST /<queue>/messages/delete``): by receipt handle or by message id.
+
+        The handles' deletes are one job of the remover thread (:meth:`delete_by_handles`: one
+        future, not a task and a future per entry); the rarer deletes by id (:meth:`delete`) run
+        beside it, and all of them are made durable by the fsync of ``remove/`` of their batch.
+
+        Returns:
+            Per target, in order: (message id, where it was), or the error that target met.
+        """
+        handles = [t for t in targets if isinstance(t, ReceiptHandle)]
+        by_handle = self.delete_by_handles(queue, handles)
+        if len(handles) == len(targets):
+            return await by_handle
+        ids = [t for t in targets if not isinstance(t, ReceiptHandle)]
+        by_id = asyncio.gather(*(self._delete_caught(queue, m) for m in ids))
+        handled, id_done = await asyncio.gather(by_handle, by_id)
+        handle_results, id_results = iter(handled), iter(id_done)
+        return [next(handle_results) if isinstance(t, ReceiptHandle) else next(id_results) for t in targets]
+
+    async def _delete_caught(self, queue: QueueName, message_id: MessageId) -> tuple[str, str] | MQError:
+        """:meth:`delete` with its MQError returned, not raised (one entry of a batch)."""
+        try:
+            return message_id, await self.delete(queue, message_id)
+        except MQError as exc:
+            return exc
 
     async def change_visibility(
         self, queue: QueueName, handle: ReceiptHandle, visibility_timeout_seconds: int

@@ -32,7 +32,7 @@ from mqcore.index import Listing, ReadyIndex
 from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, MessageId, QueueName, parse_ready_name
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.service.receive import lease_policy
-from mqcore.watch import DirEvent, DirWatcher, open_watcher
+from mqcore.watch import ARRIVED, DIR_GONE, LEFT, OVERFLOW, DirWatcher, open_watcher
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
@@ -46,6 +46,10 @@ CHANGE_CHECK_SECONDS = 0.05
 RECENT_CHANGE_NS = 200_000_000
 #: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name; 5 min at 10 s).
 FULL_RESCAN_TURNS = 30
+#: Seconds inotify events of the queue directories gather before one read, while other processes keep changing
+#: them (mq-mover's redeliveries, other daemons' and clients' sends, leases and deletes): one wake of the loop per
+#: window instead of one per rename (this daemon's own leases are departures too). See :meth:`QueueStates.start`.
+WATCH_WINDOW_SECONDS = 0.005
 #: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
 Meta = tuple[dict[str, Any], int | None, MessageId | None]
 
@@ -134,7 +138,8 @@ class QueueStates:
         #: Senders waiting for room under a capacity, per queue.
         self.room: dict[QueueName, Signal] = {}
         self._loading: dict[QueueName, asyncio.Task[QueueState]] = {}
-        self._early_events: dict[QueueName, list[DirEvent]] = {}
+        #: Events (tag, name, kind) of queues being loaded, applied once their listing is in.
+        self._early_events: dict[QueueName, list[tuple[str, str, int]]] = {}
         self._rescan_task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         #: The filesystem of the root (None if /proc/mounts cannot tell).
@@ -143,13 +148,50 @@ class QueueStates:
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
         self._turn = 0
+        #: The end of the current inotify window (None: the loop waits for the descriptor).
+        self._window: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        """Attach inotify to the loop and start the periodic rescan."""
+        """Attach inotify to the loop and start the periodic rescan.
+
+        The queue directories' events are read in windows: when the
+        descriptor becomes readable the loop stops watching it and reads every
+        event queued :data:`WATCH_WINDOW_SECONDS` later, then again every window
+        while events keep coming, and watches the descriptor again once a window
+        brought none (no wake while idle). Before, every rename woke the loop once,
+        and most renames are this daemon's own leases (a departure each): about one
+        wake, an ``ioctl`` and a ``read`` per message received (docs/performance.md,
+        "Receive side: batches"). What this daemon does itself does not wait for a
+        window: its sends and changes of visibility read the events at once
+        (:meth:`note_ready`), as does a delete by id that has no lease to go by and a
+        receive that finds the index empty (:meth:`catch_up`).
+        """
         self.watcher = open_watcher()
         if self.watcher is not None:
-            asyncio.get_running_loop().add_reader(self.watcher.fileno(), self.on_watch_events)
+            asyncio.get_running_loop().add_reader(self.watcher.fileno(), self._on_readable)
         self._rescan_task = asyncio.create_task(self.rescan_loop(), name="mq-rescan")
+
+    def _on_readable(self) -> None:
+        """The inotify descriptor became readable: read what it holds at the end of a window."""
+        assert self.watcher is not None
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.watcher.fileno())
+        self._window = loop.call_later(WATCH_WINDOW_SECONDS, self._window_ended)
+
+    def _window_ended(self) -> None:
+        """End of a window: read the events; another window if there were any, else watch the descriptor."""
+        self._window = None
+        if self.watcher is None or self._stop.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        if self.on_watch_events():
+            self._window = loop.call_later(WATCH_WINDOW_SECONDS, self._window_ended)
+        else:
+            loop.add_reader(self.watcher.fileno(), self._on_readable)
+
+    def catch_up(self) -> bool:
+        """Read the inotify events a window holds back (a receive found nothing ready); True if there were any."""
+        return self._window is not None and self.on_watch_events()
 
     def wake_all(self) -> None:
         """Wake every waiting receive and send (mq stops: they look again and return)."""
@@ -164,6 +206,9 @@ class QueueStates:
             self._rescan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._rescan_task
+        if self._window is not None:
+            self._window.cancel()
+            self._window = None
         if self.watcher is not None:
             asyncio.get_running_loop().remove_reader(self.watcher.fileno())
             self.watcher.close()
@@ -287,7 +332,7 @@ class QueueStates:
     async def _load_queue(self, fetcher: Fetcher, queue: QueueName) -> QueueState:
         qdir = self.store.layout.queue_dir(queue)
         watched = self.watcher.watch(qdir, queue) if self.watcher is not None else False
-        early: list[DirEvent] = []
+        early: list[tuple[str, str, int]] = []
         self._early_events[queue] = early
         try:
             index, meta = await fetcher.thread.run(self._list_and_index, queue)
@@ -303,8 +348,8 @@ class QueueStates:
         policy = lease_policy(attrs, meta[2])
         state = QueueState(index, watched, meta[0], attrs, meta[1], meta[2], policy)
         fetcher.queues[queue] = state
-        for event in early:
-            self._apply_to_state(queue, state, event)
+        for _, name, kind in early:
+            self._apply_to_state(queue, state, name, kind)
         logger.info("indexed queue=%s ready=%d inotify=%s", queue, len(state.index), watched)
         return state
 
@@ -318,41 +363,44 @@ class QueueStates:
             if signal is not None:
                 signal.fire()  # waiters look again (and find the queue gone: 404)
 
-    def on_watch_events(self) -> None:
+    def on_watch_events(self) -> bool:
+        """Apply every inotify event queued now (never blocks); True if there were any."""
         assert self.watcher is not None
-        for event in self.watcher.read():
-            self._apply_event(event)
+        events = self.watcher.read_tagged()
+        for event in events:
+            self._apply_event(*event)
+        return bool(events)
 
-    def _apply_event(self, event: DirEvent) -> None:
-        if event.overflow:
+    def _apply_event(self, tag: str, name: str, kind: int) -> None:
+        """One event of :meth:`mqcore.watch.DirWatcher.read_tagged` (``tag`` is the queue)."""
+        if kind == OVERFLOW:
             logger.warning("inotify queue overflowed, rescanning every indexed queue")
             asyncio.get_running_loop().create_task(self.rescan_all())
             return
-        queue = QueueName(event.tag)
+        queue = QueueName(tag)
         early = self._early_events.get(queue)
         if early is not None:
-            early.append(event)
+            early.append((tag, name, kind))
             return
         state = self.fetcher_for(queue).queues.get(queue)
         if state is not None:
-            self._apply_to_state(queue, state, event)
+            self._apply_to_state(queue, state, name, kind)
 
-    def _apply_to_state(self, queue: QueueName, state: QueueState, event: DirEvent) -> None:
+    def _apply_to_state(self, queue: QueueName, state: QueueState, name: str, kind: int) -> None:
         """One inotify event of ``queue``'s directory. Names starting with "." are metadata, never messages."""
-        if event.dir_gone:
+        if kind == DIR_GONE:
             self.forget_queue(queue)
             return
-        name = event.name
         if name.startswith("."):
-            if event.arrived and name in (ATTRIBUTES_FILE, PURGE_FILE):
+            if kind == ARRIVED and name in (ATTRIBUTES_FILE, PURGE_FILE):
                 state.meta_stale = True
                 self.fire(self.room, queue)  # a waiting sender re-reads the capacity
             return
-        if event.arrived:
+        if kind == ARRIVED:
             if parse_ready_name(name) is not None:
                 state.index.add(name)
                 self.fire(self.arrivals, queue)
-        elif event.left and name in state.index:
+        elif kind == LEFT and name in state.index:
             state.index.discard(name)
             self.fire(self.room, queue)
 

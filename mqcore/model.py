@@ -13,6 +13,7 @@ attributes without changing the file-name protocol.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,26 @@ def encode_header(
     return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n"
 
 
+#: The C scanner of a default :class:`json.JSONDecoder`: ``(text, index) -> (value, end)``.
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, not declared
+
+
+def _header_json(raw: bytes) -> Any:
+    """``json.loads(raw)`` of a header line, through the C scanner alone when the line is plain UTF-8 JSON.
+
+    Every receive decodes one header; ``json.loads`` first guesses the encoding and
+    checks for whitespace around the value in Python. A header this package wrote is
+    compact UTF-8, so the scanner reads it whole; anything else (whitespace, another
+    encoding, an error) goes through ``json.loads``, with its result or its error.
+    """
+    try:
+        text = raw.decode()
+        value, end = _scan_json(text, 0)
+    except (UnicodeDecodeError, StopIteration, ValueError, RecursionError):
+        return json.loads(raw)
+    return value if end == len(text) else json.loads(raw)
+
+
 def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     """Split file content into ``(header, body)``.
 
@@ -94,7 +115,7 @@ def decode(data: bytes) -> tuple[dict[str, Any], bytes]:
     if end < 0:
         raise CorruptMessage("header is not terminated")
     try:
-        header = json.loads(data[len(MAGIC) : end])
+        header = _header_json(data[len(MAGIC) : end])
         if not isinstance(header, dict):
             raise TypeError("header is not a JSON object")
         size = header["body_bytes"]

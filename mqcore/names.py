@@ -70,8 +70,17 @@ _QUEUE_RE = re.compile(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo")
 _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _DEADLINE_DIGITS = 13
 _COUNT_RE = re.compile(r"0|[1-9][0-9]{0,8}")
+#: ``ID.RC``: :data:`_ID_RE` and :data:`_COUNT_RE` as one pattern (ids and counts hold no ".").
+_READY_NAME_RE = re.compile(rf"({_ID_RE.pattern})\.({_COUNT_RE.pattern})")
 _DEADLINE_RE = re.compile(r"[0-9]{13}")
 _TOKEN_RE = re.compile(r"[0-9a-f]{17,32}")
+#: A ``delay/`` name as one pattern (every delete by handle parses one): ``DL.Q.fifo.ID.RC.LT`` (a FIFO queue,
+#: v2 only, section 19.1), or ``DL.Q.ID.RC.LT`` / v1's ``DL.Q.ID.RC`` (a queue name without a ".").
+_IN_FLIGHT_NAME_RE = re.compile(
+    rf"({_DEADLINE_RE.pattern})\."
+    rf"(?:([A-Za-z0-9_-]{{1,75}}\.fifo)\.({_ID_RE.pattern})\.({_COUNT_RE.pattern})\.({_TOKEN_RE.pattern})"
+    rf"|([A-Za-z0-9_-]{{1,80}})\.({_ID_RE.pattern})\.({_COUNT_RE.pattern})(?:\.({_TOKEN_RE.pattern}))?)"
+)
 _TOKEN32_RE = re.compile(r"[0-9a-f]{32}")
 
 NEW_DIR = "new"
@@ -338,10 +347,10 @@ def ready_name(message_id: MessageId, receive_count: int) -> str:
 
 def parse_ready_name(filename: str) -> tuple[MessageId, int] | None:
     """Parse ``ID.RC``; return ``(message_id, receive_count)`` or None for any other name."""
-    mid, dot, rc = filename.partition(".")
-    if not dot or not _COUNT_RE.fullmatch(rc) or not _ID_RE.fullmatch(mid):
+    match = _READY_NAME_RE.fullmatch(filename)  # one regex: every receive parses the name it leases
+    if match is None:
         return None
-    return MessageId(mid), int(rc)
+    return match[1], int(match[2])  # type: ignore[return-value]  # match[1] is an id (the NewType is a no-op)
 
 
 def in_flight_name(
@@ -361,26 +370,13 @@ def in_flight_name(
 
 def parse_in_flight_name(filename: str) -> InFlightName | None:
     """Parse a ``delay/`` file name ``DL.Q.ID.RC.LT`` (or v1's ``DL.Q.ID.RC``); None for any other name."""
-    parts = filename.split(".")
-    if len(parts) == 6 and parts[2] == "fifo":  # DL.Q.fifo.ID.RC.LT: a FIFO queue (v2 only), section 19.1
-        parts = [parts[0], parts[1] + FIFO_SUFFIX, *parts[3:]]
-    if len(parts) == 5:
-        deadline, queue, mid, rc, token = parts
-        if not _TOKEN_RE.fullmatch(token):
-            return None
-    elif len(parts) == 4:
-        deadline, queue, mid, rc = parts
-        token = ""
-    else:
+    match = _IN_FLIGHT_NAME_RE.fullmatch(filename) if isinstance(filename, str) else None
+    if match is None:
         return None
-    if (
-        not _DEADLINE_RE.fullmatch(deadline)
-        or not _COUNT_RE.fullmatch(rc)
-        or not _QUEUE_RE.fullmatch(queue)
-        or not _ID_RE.fullmatch(mid)
-    ):
-        return None
-    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token)
+    deadline, fifo_queue, fifo_mid, fifo_rc, fifo_token, queue, mid, rc, token = match.groups()
+    if fifo_queue is not None:
+        return InFlightName(int(deadline), QueueName(fifo_queue), MessageId(fifo_mid), int(fifo_rc), fifo_token)
+    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token or "")
 
 
 def lease_key_of(filename: str) -> str | None:
@@ -503,6 +499,10 @@ def removed_entry_queue(filename: str) -> QueueName | None:
     return QueueName(queue)
 
 
+#: Queue directory paths a :class:`Layout` remembers (cleared when full).
+_MAX_CACHED_QUEUE_DIRS = 100_000
+
+
 class Layout:
     """The folder tree under one root: ``new/``, ``queues/<queue>/``, ``delay/``, ``remove/``.
 
@@ -512,6 +512,8 @@ class Layout:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
+        #: queue name -> its checked directory path (every receive and delete asks for one).
+        self._queue_dirs: dict[str, str] = {}
         self.new = os.path.join(self.root, NEW_DIR)
         self.queues = os.path.join(self.root, QUEUES_DIR)
         self.delay = os.path.join(self.root, DELAY_DIR)
@@ -524,8 +526,14 @@ class Layout:
             os.makedirs(path, exist_ok=True)
 
     def queue_dir(self, queue: QueueName) -> str:
-        """Path of ``queues/<queue>`` (the name is checked again: defence in depth)."""
-        return os.path.join(self.queues, check_queue_name(queue))
+        """Path of ``queues/<queue>`` (the name is checked again, once per name: defence in depth)."""
+        path = self._queue_dirs.get(queue) if type(queue) is str else None
+        if path is None:
+            path = os.path.join(self.queues, check_queue_name(queue))
+            if len(self._queue_dirs) >= _MAX_CACHED_QUEUE_DIRS:
+                self._queue_dirs.clear()
+            self._queue_dirs[queue] = path
+        return path
 
     def attributes_path(self, queue: QueueName) -> str:
         """Path of ``queues/<queue>/.attributes``."""

@@ -41,6 +41,9 @@ _IN_IGNORED = 0x8000
 _ARRIVED = _IN_MOVED_TO | _IN_CREATE
 _LEFT = _IN_MOVED_FROM | _IN_DELETE
 _SELF_GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
+#: Kinds of the events of :meth:`DirWatcher.read_tagged` (0: any other event, nothing to do).
+ARRIVED, LEFT, DIR_GONE, OVERFLOW = 1, 2, 3, 4
+
 _FS_ENCODING = sys.getfilesystemencoding()
 _FS_ERRORS = sys.getfilesystemencodeerrors()
 
@@ -211,6 +214,46 @@ class DirWatcher:
                         changes.gone.append(tag)
             if end < _READ_BYTES - 4096:
                 return changes  # short read: the queue was drained (saves the EAGAIN read)
+
+    def read_tagged(self) -> list[tuple[str, str, int]]:
+        """Every event waiting now (never blocks) as ``(tag, name, kind)``, in the kernel's order.
+
+        :meth:`read`'s events without an object each (the ``mq`` daemon reads one per
+        message it leases): ``kind`` is :data:`ARRIVED` or :data:`LEFT` for an entry,
+        :data:`DIR_GONE` (name "") when the watched directory went (its watch is
+        dropped), :data:`OVERFLOW` (tag and name "") when events were lost.
+        """
+        out: list[tuple[str, str, int]] = []
+        append = out.append
+        fd = self.fileno()
+        unpack = _EVENT_HEADER.unpack_from
+        header = _EVENT_HEADER.size
+        tags = self._tags
+        while True:
+            try:
+                data = os.read(fd, _READ_BYTES)
+            except BlockingIOError:
+                return out
+            end = len(data)
+            pos = 0
+            while pos < end:
+                wd, mask, _cookie, size = unpack(data, pos)
+                pos += header + size
+                if mask & _IN_Q_OVERFLOW:
+                    append(("", "", OVERFLOW))
+                    continue
+                tag = tags.get(wd)
+                if tag is None:
+                    continue  # unwatched meanwhile
+                if mask & _SELF_GONE:
+                    del tags[wd]
+                    self._wds.pop(tag, None)
+                    append((tag, "", DIR_GONE))
+                    continue
+                kind = ARRIVED if mask & _ARRIVED else LEFT if mask & _LEFT else 0
+                append((tag, data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), kind))
+            if end < _READ_BYTES - 4096:
+                return out  # short read: the queue was drained (saves the EAGAIN read)
 
     def close(self) -> None:
         """Close the descriptor."""

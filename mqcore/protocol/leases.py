@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -116,8 +115,9 @@ class Leases(Queues):
                 return None
             deadline = now + visibility_timeout_ms
             leased = in_flight_name(deadline, queue, message_id, count + 1, new_lease_token())
+            leased_path = self.layout.delay_path(leased)
             try:
-                os.rename(src, self.layout.delay_path(leased))
+                os.rename(src, leased_path)
             except OSError as exc:
                 if exc.errno not in (errno.ENOENT, errno.ESTALE):
                     raise
@@ -126,7 +126,7 @@ class Leases(Queues):
                 # redelivers it at its deadline.
                 lost_race("rename", exc)
                 return None
-            if not os.path.lexists(self.layout.delay_path(leased)):
+            if not os.path.lexists(leased_path):
                 # The rename said 0 but nothing was renamed: GlusterFS's FUSE client answers a rename whose source
                 # another host moved away meanwhile with error 0 ("src resolution failed", section 13.5). The
                 # file we opened is someone else's lease now: taken. (A lease name is ours alone, so only such a
@@ -135,8 +135,10 @@ class Leases(Queues):
                 return None
             if count == 0:
                 first_receive_ms = now
-                with contextlib.suppress(OSError):
+                try:
                     os.utime(fd, ns=(now * 1_000_000, now * 1_000_000))
+                except OSError:
+                    pass
             else:
                 first_receive_ms = st.st_mtime_ns // 1_000_000
             data = _read_file(fd, st.st_size)
@@ -148,7 +150,7 @@ class Leases(Queues):
             header, body = model.decode(data)
         except model.CorruptMessage as exc:
             logger.error("corrupt message file removed queue=%s id=%s error=%s", queue, message_id, exc)
-            self._move_to_remove(self.layout.delay_path(leased), removed_name(queue, message_id))
+            self._move_to_remove(leased_path, removed_name(queue, message_id))
             return None
         return ReceivedMessage(
             queue=queue,

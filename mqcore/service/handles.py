@@ -75,16 +75,22 @@ class LeaseMemory:
             while len(table) > self.limit:
                 table.popitem(last=False)
 
-    def received(self, message: ReceivedMessage) -> None:
-        """A receive leased ``message``: its handle names its file."""
+    def received(self, *messages: ReceivedMessage) -> None:
+        """Receives leased ``messages``: each handle names its file (one lock for them all)."""
         with self._lock:
-            self._put(message.receipt_handle, message.queue, message.message_id, _Lease(message.in_flight_name))
+            for message in messages:
+                self._put(message.receipt_handle, message.queue, message.message_id, _Lease(message.in_flight_name))
 
     def current(self, handle: ReceiptHandle | str) -> str | None:
         """The remembered current ``delay/`` name of ``handle``'s lease, or None."""
         with self._lock:
             lease = self._by_handle.get(str(handle))
             return lease.current if lease is not None else None
+
+    def currents(self, handles: Iterable[ReceiptHandle]) -> list[str | None]:
+        """:meth:`current` of each of ``handles``, in order (one lock for them all)."""
+        with self._lock:
+            return [lease.current if (lease := self._by_handle.get(h.text)) is not None else None for h in handles]
 
     def hints(self, handles: Iterable[str]) -> dict[str, str]:
         """handle -> current ``delay/`` name, for the ``handles`` remembered."""
@@ -101,13 +107,14 @@ class LeaseMemory:
             lease.current = current
             self._put(current, handle.queue, handle.message_id, lease)
 
-    def released(self, handle: ReceiptHandle) -> None:
-        """``handle``'s lease ended here (deleted, or made visible again): forget it."""
+    def released(self, *handles: ReceiptHandle) -> None:
+        """``handles``' leases ended here (deleted, or made visible again): forget them (one lock for them all)."""
         with self._lock:
-            lease = self._by_handle.pop(handle.text, None)
-            if lease is not None:
-                self._by_handle.pop(lease.current, None)
-            self._by_message.pop((handle.queue, handle.message_id), None)
+            for handle in handles:
+                lease = self._by_handle.pop(handle.text, None)
+                if lease is not None:
+                    self._by_handle.pop(lease.current, None)
+                self._by_message.pop((handle.queue, handle.message_id), None)
 
     def pop_message(self, queue: QueueName, message_id: str) -> str | None:
         """Forget the lease of ``message_id`` (it is being deleted by id); its current name, or None."""

@@ -422,3 +422,63 @@ def test_in_flight_names_with_a_digit_swapped_in_parse_only_if_canonical(
         mutated = filename[:pos] + char + filename[pos + 1 :]
         parsed = parse_in_flight_name(mutated)
         assert parsed is None or parsed.filename == mutated
+
+
+def _parse_in_flight_name_by_parts(filename: str) -> InFlightName | None:
+    """``parse_in_flight_name`` as written before its one regex (split at "."; a regex per part): the reference."""
+    parts = filename.split(".")
+    if len(parts) == 6 and parts[2] == "fifo":  # DL.Q.fifo.ID.RC.LT: a FIFO queue (v2 only), section 19.1
+        parts = [parts[0], parts[1] + ".fifo", *parts[3:]]
+    if len(parts) == 5:
+        deadline, queue, mid, rc, token = parts
+        if not re.fullmatch(r"[0-9a-f]{17,32}", token):
+            return None
+    elif len(parts) == 4:
+        deadline, queue, mid, rc = parts
+        token = ""
+    else:
+        return None
+    if (
+        not re.fullmatch(r"[0-9]{13}", deadline)
+        or not re.fullmatch(r"0|[1-9][0-9]{0,8}", rc)
+        or not re.fullmatch(r"[A-Za-z0-9_-]{1,80}|[A-Za-z0-9_-]{1,75}\.fifo", queue)
+        or not ID_RE.fullmatch(mid)
+    ):
+        return None
+    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token)
+
+
+_TOKEN = "a1b2c3d4e5f60718293"
+_NEAR_NAMES = [
+    f"{DL}.q.{ID}.1.{_TOKEN}",
+    f"{DL}.q.{ID}.1",
+    f"{DL}.q.fifo.{ID}.1.{_TOKEN}",
+    f"{DL}.q.fifo.{ID}.1",  # a FIFO name is v2 only
+    f"{DL}.{'a' * 75}.fifo.{ID}.2.{_TOKEN}",
+    f"{DL}.{'a' * 76}.fifo.{ID}.2.{_TOKEN}",
+    f"{DL}.{'a' * 80}.{ID}.2.{_TOKEN}",
+    f"{DL}.{'a' * 81}.{ID}.2",
+    f"{DL}.q.x.{ID}.1.{_TOKEN}",
+    f"{DL}.q.{ID}.1.{_TOKEN[:16]}",
+    f"{DL}.q.{ID}.1.{_TOKEN}0" * 2,
+    f"{DL}.fifo.{ID}.1.{_TOKEN}",
+    f"{DL}..fifo.{ID}.1.{_TOKEN}",
+    f"{DL}.q.{ID}.0.{_TOKEN}",
+]
+
+
+@pytest.mark.parametrize("filename", _NEAR_NAMES)
+def test_the_in_flight_parser_decides_as_its_part_by_part_reference(filename: str) -> None:
+    assert parse_in_flight_name(filename) == _parse_in_flight_name_by_parts(filename)
+
+
+@given(
+    st.sampled_from(_NEAR_NAMES).flatmap(
+        lambda name: st.tuples(st.just(name), st.integers(0, len(name) - 1), st.sampled_from(".0a-_f\u0663 x"))
+    )
+    | st.text(alphabet=st.sampled_from("0123456789abcdef-.qfio7x"), max_size=90).map(lambda t: (t, 0, None))
+)
+def test_the_in_flight_parser_decides_as_its_reference_on_mutated_names(case: tuple[str, int, str | None]) -> None:
+    name, pos, char = case
+    mutated = name if char is None else name[:pos] + char + name[pos + 1 :]
+    assert parse_in_flight_name(mutated) == _parse_in_flight_name_by_parts(mutated)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mqcore.watch import DirWatcher, open_watcher
+from mqcore.watch import ARRIVED, DIR_GONE, LEFT, DirWatcher, open_watcher
 
 
 @pytest.fixture
@@ -86,5 +86,29 @@ def test_thousands_of_events_are_read_in_one_call(tmp_path: Path, watcher: DirWa
         changes = watcher.read_changes()
         assert [name for name, _ in changes.names] == names
         assert not changes.overflow
+    finally:
+        watcher.close()
+
+
+def test_tagged_events_name_their_directory_as_read_did(tmp_path: Path, watcher: DirWatcher) -> None:
+    # The mq daemon's reader (read_tagged): several queue directories, each event with its tag, in order.
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    try:
+        assert watcher.watch(str(a), "qa") and watcher.watch(str(b), "qb")
+        (a / "m.0").write_bytes(b"x")
+        os.rename(a / "m.0", b / "m.0")
+        os.unlink(b / "m.0")
+        b.rmdir()
+        assert watcher.read_tagged() == [
+            ("qa", "m.0", ARRIVED),
+            ("qa", "m.0", LEFT),
+            ("qb", "m.0", ARRIVED),
+            ("qb", "m.0", LEFT),
+            ("qb", "", DIR_GONE),
+        ]
+        assert not watcher.watching("qb") and watcher.watching("qa")
+        assert watcher.read_tagged() == []
     finally:
         watcher.close()
