@@ -288,8 +288,14 @@ class Savers(Executor):
         else:
             entry = job.entries[i]
             try:
-                job.written[i] = self.store.write_new_file(
-                    job.queue, entry.body, entry.content_type, entry.attributes, job.ids[i], entry.attribute_types
+                job.written[i] = self.store.write_new(
+                    job.queue,
+                    entry.body,
+                    entry.content_type,
+                    entry.attributes,
+                    job.ids[i],
+                    entry.attribute_types,
+                    check_queue=False,  # _open checked the queue once for the job
                 )
             except MQError as exc:
                 job.results[i] = exc

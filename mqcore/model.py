@@ -28,19 +28,13 @@ class CorruptMessage(ValueError):
     """A message file does not hold a complete header and body (a torn write)."""
 
 
-def encode(
-    body: bytes,
-    content_type: str | None = None,
-    attributes: dict[str, str] | None = None,
-    queue: str | None = None,
-    attribute_types: dict[str, str] | None = None,
-    extra: dict[str, str] | None = None,
-) -> bytes:
+def encode(body: bytes, *header: Any) -> bytes:
     """Return the file content for ``body`` (bytes): :func:`encode_header` followed by ``body``.
 
-    The arguments are :func:`encode_header`'s, with the body itself in place of its length.
+    ``header`` are :func:`encode_header`'s arguments after the body's length, positional
+    (``content_type, attributes, queue, attribute_types, extra``).
     """
-    return encode_header(len(body), content_type, attributes, queue, attribute_types, extra) + body
+    return encode_header(len(body), *header) + body
 
 
 def encode_header(

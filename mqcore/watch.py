@@ -14,6 +14,7 @@ import logging
 import os
 import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 logger = logging.getLogger(__name__)
@@ -184,36 +185,23 @@ class DirWatcher:
         the descriptor directly until it is empty.
         """
         changes = Changes()
-        fd = self.fileno()
-        unpack = _EVENT_HEADER.unpack_from
-        header = _EVENT_HEADER.size
         append = changes.names.append
         tags = self._tags
-        while True:
-            try:
-                data = os.read(fd, _READ_BYTES)
-            except BlockingIOError:
-                return changes
-            end = len(data)
-            pos = 0
-            while pos < end:
-                wd, mask, _cookie, size = unpack(data, pos)
-                pos += header + size
-                if wd not in tags and not mask & _IN_Q_OVERFLOW:
-                    continue  # unwatched meanwhile
-                if mask & _ARRIVED:
-                    append((data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), True))
-                elif mask & _LEFT:
-                    append((data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), False))
-                elif mask & _IN_Q_OVERFLOW:
-                    changes.overflow = True
-                elif mask & _SELF_GONE:
-                    tag = tags.pop(wd, None)
-                    if tag is not None:
-                        self._wds.pop(tag, None)
-                        changes.gone.append(tag)
-            if end < _READ_BYTES - 4096:
-                return changes  # short read: the queue was drained (saves the EAGAIN read)
+        for wd, mask, data, pos, size in self._events():
+            if wd not in tags and not mask & _IN_Q_OVERFLOW:
+                continue  # unwatched meanwhile
+            if mask & _ARRIVED:
+                append((data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), True))
+            elif mask & _LEFT:
+                append((data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), False))
+            elif mask & _IN_Q_OVERFLOW:
+                changes.overflow = True
+            elif mask & _SELF_GONE:
+                tag = tags.pop(wd, None)
+                if tag is not None:
+                    self._wds.pop(tag, None)
+                    changes.gone.append(tag)
+        return changes
 
     def read_tagged(self) -> list[tuple[str, str, int]]:
         """Every event waiting now (never blocks) as ``(tag, name, kind)``, in the kernel's order.
@@ -225,35 +213,45 @@ class DirWatcher:
         """
         out: list[tuple[str, str, int]] = []
         append = out.append
+        tags = self._tags
+        for wd, mask, data, pos, size in self._events():
+            if mask & _IN_Q_OVERFLOW:
+                append(("", "", OVERFLOW))
+                continue
+            tag = tags.get(wd)
+            if tag is None:
+                continue  # unwatched meanwhile
+            if mask & _SELF_GONE:
+                del tags[wd]
+                self._wds.pop(tag, None)
+                append((tag, "", DIR_GONE))
+                continue
+            kind = ARRIVED if mask & _ARRIVED else LEFT if mask & _LEFT else 0
+            append((tag, data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), kind))
+        return out
+
+    def _events(self) -> Iterator[tuple[int, int, bytes, int, int]]:
+        """Every event waiting now (never blocks) as ``(wd, mask, buffer, end, size)``: the name is
+        ``buffer[end - size : end]`` (NUL-padded), sliced only by the readers that want it.
+
+        Reads the descriptor, up to 64 KiB at a time, until no event waits.
+        """
         fd = self.fileno()
         unpack = _EVENT_HEADER.unpack_from
         header = _EVENT_HEADER.size
-        tags = self._tags
         while True:
             try:
                 data = os.read(fd, _READ_BYTES)
             except BlockingIOError:
-                return out
+                return
             end = len(data)
             pos = 0
             while pos < end:
                 wd, mask, _cookie, size = unpack(data, pos)
                 pos += header + size
-                if mask & _IN_Q_OVERFLOW:
-                    append(("", "", OVERFLOW))
-                    continue
-                tag = tags.get(wd)
-                if tag is None:
-                    continue  # unwatched meanwhile
-                if mask & _SELF_GONE:
-                    del tags[wd]
-                    self._wds.pop(tag, None)
-                    append((tag, "", DIR_GONE))
-                    continue
-                kind = ARRIVED if mask & _ARRIVED else LEFT if mask & _LEFT else 0
-                append((tag, data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), kind))
+                yield wd, mask, data, pos, size
             if end < _READ_BYTES - 4096:
-                return out  # short read: the queue was drained (saves the EAGAIN read)
+                return  # short read: the queue was drained (saves the EAGAIN read)
 
     def close(self) -> None:
         """Close the descriptor."""

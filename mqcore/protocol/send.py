@@ -59,6 +59,8 @@ class Sending(Queues):
         attributes: dict[str, str] | None = None,
         message_id: MessageId | None = None,
         attribute_types: dict[str, str] | None = None,
+        *,
+        check_queue: bool = True,
     ) -> PendingMessage:
         """Send, step 1: write the message to ``new/Q.ID`` (O_EXCL) and fsync it.
 
@@ -72,32 +74,17 @@ class Sending(Queues):
                 written by parallel threads keeps its entries' order; None
                 takes the next id.
             attribute_types: SQS DataType of attributes that are not plain ``String`` (section 15.13).
+            check_queue: False skips the check that the queue exists (one ``stat``), for a caller
+                that checked: the daemon's savers check a batch's queue once for all its files. If
+                the queue is gone anyway (deleted since), the file is written and the publish's
+                rename finds that out (QueueNotFound, the file unlinked).
         Raises:
-            QueueNotFound: The queue does not exist (nothing is written).
+            QueueNotFound: The queue does not exist (nothing is written; only with ``check_queue``).
             StorageUnavailable: Create, write or fsync failed; the partial file
                 is unlinked (or left for mq-reaper if even that fails).
         """
-        self._require_queue(queue)
-        return self.write_new_file(queue, body, content_type, attributes, message_id, attribute_types)
-
-    def write_new_file(
-        self,
-        queue: QueueName,
-        body: bytes,
-        content_type: str | None = None,
-        attributes: dict[str, str] | None = None,
-        message_id: MessageId | None = None,
-        attribute_types: dict[str, str] | None = None,
-    ) -> PendingMessage:
-        """:meth:`write_new` without its check that the queue exists (one ``stat``): for a caller that checked.
-
-        The daemon's savers check a batch's queue once for all its files. If the
-        queue is gone anyway (deleted since), the file is written and the
-        publish's rename finds that out (QueueNotFound, the file unlinked).
-
-        Raises:
-            StorageUnavailable: Create, write or fsync failed (see :meth:`write_new`).
-        """
+        if check_queue:
+            self._require_queue(queue)
         message_id = message_id or self.ids.next_id()
         head = model.encode_header(len(body), content_type, attributes, queue, attribute_types)
         for attempt in range(1, SEND_CREATE_ATTEMPTS + 1):
