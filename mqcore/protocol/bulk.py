@@ -1,0 +1,219 @@
+"""Bulk leases (docs/protocol.md 20, issue 17): many leases under one key, recorded in ``queues/Q/.lease.KEY``.
+
+A bulk lease is up to *n* ordinary leases (6.3, 15.5: one rename each into
+``delay/``) made by one request, and one record in the queue's directory
+naming their receipt handles. The record is written (atomic replace, not
+fsynced, like an attempt record, 15.7) before the request is answered, and
+kept as long as its leases may be in flight: a retry with the same key reads
+the leases again instead of leasing new messages (:meth:`BulkLeases.read_bulk_leases`),
+a delete by key deletes exactly them, by their handles (15.6), then unlinks
+the record (:meth:`BulkLeases.drop_bulk_lease`); mq-reaper unlinks a record
+left behind once its deadline is :data:`BULK_RECORD_GRACE_MS` past
+(:func:`sweep_bulk_record`). Leasing itself is unchanged: which ready names a
+bulk lease takes is the driver's, as for a receive.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mqcore import model
+from mqcore.errors import InvalidReceiptHandle
+from mqcore.model import ReceivedMessage
+from mqcore.names import (
+    ATTEMPT_WINDOW_MS,
+    BULK_LEASE_PREFIX,
+    QueueName,
+    ReceiptHandle,
+    parse_in_flight_name,
+)
+from mqcore.protocol._fs import read_json, storage_error, write_json_unsynced
+from mqcore.protocol.handles import Handles
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BULK_RECORD_GRACE_MS", "BulkLeases", "BulkRecord", "is_bulk_record_name", "sweep_bulk_record"]
+
+#: How long after its deadline a bulk lease record is kept before mq-reaper unlinks it, ms (the
+#: receive attempt window, 5 minutes): a delete by key meanwhile still deletes messages whose lease
+#: ended but that nobody received since (15.6's fallback to ``queues/Q/ID.RC``).
+BULK_RECORD_GRACE_MS = ATTEMPT_WINDOW_MS
+
+
+def is_bulk_record_name(name: str) -> bool:
+    """True for a record's name ``.lease.KEY`` in a queue directory (not its temporary ``.lease.KEY.HEX.tmp``)."""
+    return name.startswith(BULK_LEASE_PREFIX) and "." not in name[len(BULK_LEASE_PREFIX) :]
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRecord:
+    """What ``queues/Q/.lease.KEY`` holds.
+
+    Attributes:
+        key: The lease key (:func:`mqcore.names.check_lease_key`).
+        queue: The queue.
+        created_ms: When the leases were made (epoch ms, the leasing host's clock).
+        deadline_ms: The leases' visibility deadline when they were made (epoch ms).
+        handles: The receipt handles (``delay/`` names) of the leases, in the order leased.
+    """
+
+    key: str
+    queue: QueueName
+    created_ms: int
+    deadline_ms: int
+    handles: list[str]
+
+
+class BulkLeases(Handles):
+    """The record of a bulk lease: write, read, read its leases again, unlink (docs/protocol.md 20)."""
+
+    def load_bulk_lease(self, queue: QueueName, key: str) -> BulkRecord | None:
+        """The record of ``key`` on ``queue``, or None (none, unreadable, or of another key).
+
+        Raises:
+            InvalidRequest: ``key`` is not a lease key (before any path is built).
+            InvalidQueueName: ``queue`` is not a queue name.
+        """
+        data = read_json(self.layout.bulk_lease_path(queue, key))
+        if data is None or data.get("key") != key:
+            return None
+        handles, created, deadline = data.get("handles"), data.get("created_ms"), data.get("deadline_ms")
+        if not isinstance(handles, list) or not isinstance(created, int) or not isinstance(deadline, int):
+            return None
+        return BulkRecord(key, queue, created, deadline, [h for h in handles if isinstance(h, str)])
+
+    def save_bulk_lease(self, queue: QueueName, key: str, handles: Sequence[str], deadline_ms: int) -> BulkRecord:
+        """Write the record of ``key``: ``.lease.KEY.HEX.tmp`` then ``rename`` over ``.lease.KEY`` (not fsynced).
+
+        Called after the leases' renames and before the answer. Not fsynced: the leases
+        themselves are not durable either (6.3); after a power cut a retry leases anew
+        and the old leases end at their deadline.
+
+        Raises:
+            InvalidRequest: ``key`` is not a lease key.
+            StorageUnavailable: The write or the rename failed (e.g. the queue was deleted meanwhile).
+        """
+        record = BulkRecord(key, queue, self.clock(), deadline_ms, list(handles))
+        path = self.layout.bulk_lease_path(queue, key)
+        body = {
+            "key": key,
+            "queue": queue,
+            "created_ms": record.created_ms,
+            "deadline_ms": deadline_ms,
+            "handles": record.handles,
+        }
+        write_json_unsynced(os.path.dirname(path), os.path.basename(path), body, "writing the bulk lease record")
+        return record
+
+    def drop_bulk_lease(self, queue: QueueName, key: str) -> bool:
+        """Unlink the record of ``key`` (after its leases were deleted); False if it was gone.
+
+        Raises:
+            StorageUnavailable: The unlink failed other than with ENOENT.
+        """
+        try:
+            os.unlink(self.layout.bulk_lease_path(queue, key))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise storage_error("unlinking the bulk lease record", exc) from exc
+
+    def read_bulk_leases(
+        self, record: BulkRecord, hints: Mapping[str, str] | None = None
+    ) -> tuple[list[ReceivedMessage], list[ReceiptHandle]]:
+        """The leases of ``record`` still in flight, read in place (a retry with the same key).
+
+        Each lease is found by its key (the handle, ``hints``, then one listing of
+        ``delay/`` for all that missed: :meth:`find_leases`) and read through one
+        ``open`` + ``read``; nothing is renamed, so the deadline stays the one the
+        lease has (a replay does not extend it). A lease that ended (redelivered,
+        deleted, received by someone else) is left out.
+
+        Returns:
+            (the messages, in the record's order; the parsed handles of the record, for a delete).
+        Raises:
+            StorageUnavailable: A read failed other than with ENOENT.
+        """
+        parsed: list[ReceiptHandle] = []
+        for text in record.handles:
+            try:
+                parsed.append(ReceiptHandle.parse(text, record.queue))
+            except InvalidReceiptHandle:
+                continue
+        current = self.find_leases(record.queue, parsed, hints)
+        out: list[ReceivedMessage] = []
+        for handle in parsed:
+            name = current.get(handle.text)
+            if name is None:
+                continue
+            message = self._read_lease(record.queue, name)
+            if message is not None:
+                out.append(message)
+        return out, parsed
+
+    def _read_lease(self, queue: QueueName, name: str) -> ReceivedMessage | None:
+        """The message of the lease file ``delay/name`` (None if it moved meanwhile or is torn)."""
+        item = parse_in_flight_name(name)
+        if item is None:
+            return None
+        try:
+            fd = os.open(self.layout.delay_path(name), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ESTALE):
+                return None
+            raise storage_error("open of a bulk lease", exc) from exc
+        try:
+            st = os.fstat(fd)
+            chunks = []
+            while chunk := os.read(fd, max(st.st_size, 1 << 16)):
+                chunks.append(chunk)
+        except OSError as exc:
+            raise storage_error("read of a bulk lease", exc) from exc
+        finally:
+            os.close(fd)
+        try:
+            header, body = model.decode(b"".join(chunks))
+        except model.CorruptMessage as exc:
+            logger.error("corrupt message file in a bulk lease queue=%s name=%s error=%s", queue, name, exc)
+            return None
+        return ReceivedMessage(
+            queue=queue,
+            message_id=item.message_id,
+            body=body,
+            content_type=model.header_content_type(header),
+            receive_count=item.receive_count,
+            deadline_ms=item.deadline_ms,
+            in_flight_name=name,
+            attributes=model.header_attributes(header),
+            attribute_types=model.header_attribute_types(header),
+            first_receive_ms=st.st_mtime_ns // 1_000_000,
+            source_queue=model.header_source_queue(header),
+        )
+
+
+def sweep_bulk_record(path: str, now: int) -> bool:
+    """Unlink the bulk lease record at ``path`` if its deadline is :data:`BULK_RECORD_GRACE_MS` past (mq-reaper).
+
+    A record that cannot be read as one (foreign content) is judged by its mtime
+    instead. Returns True if it was unlinked; a failure is logged (the next sweep
+    tries again).
+    """
+    data = read_json(path)
+    deadline = data.get("deadline_ms") if data else None
+    try:
+        if not isinstance(deadline, int):
+            deadline = os.stat(path).st_mtime_ns // 1_000_000
+        if deadline + BULK_RECORD_GRACE_MS > now:
+            return False
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        logger.warning("cannot remove stale bulk lease record path=%s error=%s", path, exc)
+        return False
