@@ -3,7 +3,8 @@
 The rules are :mod:`mqcore.service.bulk`'s plans; this module drives them on
 the daemon: the record's file work on a saver thread, the new leases as a
 receive makes them (:meth:`daemons._broker.Broker._lease_some`: the queue's
-index, its fetcher thread, the memory of leases), the deletes as a batch of
+index, its fetcher thread, the memory of leases), a retry's re-let as a
+retried receive attempt's (:meth:`daemons._broker.Broker._relet`), the deletes as a batch of
 deletes by receipt handle (:meth:`daemons._leases.Leases.delete_by_handles`:
 the remover thread, one fsync of ``remove/``). Requests with the same
 ``(queue, key)`` run one after the other in this process, so a retry that
@@ -21,7 +22,7 @@ from daemons._broker import Broker
 from daemons._http import BROKER, _received_json, check_keys, read_json
 from mqcore.errors import InvalidRequest, MQError
 from mqcore.names import QueueName, check_queue_name, is_fifo_queue
-from mqcore.service.attempts import KeyedLocks
+from mqcore.service.attempts import KeyedLocks, Relet
 from mqcore.service.bulk import (
     BulkArgs,
     BulkDeleted,
@@ -83,10 +84,12 @@ class BulkLeases:
         async with self._locks.holding_async((queue, key)):
             return await run_async(bulk_delete(self.broker.store, queue, key), self.broker.in_saver, self._step)
 
-    async def _step(self, op: LeaseNew | DeleteHandles) -> Any:
-        """An operation of the plans: new leases as a receive makes them, or deletes by handle."""
+    async def _step(self, op: LeaseNew | Relet | DeleteHandles) -> Any:
+        """An operation of the plans: new leases as a receive makes them, a retry's re-let, or deletes by handle."""
         if isinstance(op, LeaseNew):
             return await self.broker._lease_some(op.request, check_exists=True)
+        if isinstance(op, Relet):
+            return await self.broker._relet(op.request, op.handles)
         results = await self.broker.leases.delete_by_handles(op.queue, op.handles)
         return [r if isinstance(r, MQError) else None for r in results]
 

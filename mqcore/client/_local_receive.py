@@ -188,8 +188,8 @@ class Receiver:
             raise InvalidRequest("bulk leases are for standard queues, not FIFO queues", queue=queue)
         request = args.resolve(queue, effective(self.store.get_attributes(queue), self.defaults))
 
-        def lease_new(op: LeaseNew) -> list[ReceivedMessage]:
-            return self._receive_pass(op.request)[0]
+        def lease_new(op: LeaseNew | Relet) -> list[ReceivedMessage]:
+            return self._relet(op) if isinstance(op, Relet) else self._receive_pass(op.request)[0]
 
         with self._attempt_locks.holding((queue, "bulk", args.key)):
             done = run_sync(bulk_lease(self.store, queue, args, request), lease_new)

@@ -355,9 +355,10 @@ class QueueClient(Protocol):
         """Lease up to ``max_messages`` ready messages under ``key`` in one request (a bulk lease, issue 17).
 
         The server records the leases under ``key`` (``queues/Q/.lease.KEY``, docs/protocol.md 20)
-        before it answers. A call with a key that has a record gets that record's messages still
-        in flight again (same receipt handles' leases, deadlines unchanged, nothing new leased): a
-        retried task reads the same messages. No waiting: ``[]`` when nothing is ready.
+        before it answers. A call with a key that has a record leases that record's messages again
+        (fresh receipt handles, receive count + 1; those deleted or taken by someone else since are
+        left out; nothing new): a retried task reads the same messages. No waiting: ``[]`` when
+        nothing is ready.
 
         Args:
             queue: Queue name (a standard queue: a FIFO queue is refused).

@@ -4,9 +4,9 @@ A bulk lease is up to *n* ordinary leases (6.3, 15.5: one rename each into
 ``delay/``) made by one request, and one record in the queue's directory
 naming their receipt handles. The record is written (atomic replace, not
 fsynced, like an attempt record, 15.7) before the request is answered, and
-kept as long as its leases may be in flight: a retry with the same key reads
-the leases again instead of leasing new messages (:meth:`BulkLeases.read_bulk_leases`),
-a delete by key deletes exactly them, by their handles (15.6), then unlinks
+kept as long as its leases may be in flight: a retry with the same key leases
+the recorded messages again instead of new ones (the re-let of a receive attempt,
+15.7) and rewrites the record, a delete by key deletes exactly them, by their handles (15.6), then unlinks
 the record (:meth:`BulkLeases.drop_bulk_lease`); mq-reaper unlinks a record
 left behind once its deadline is :data:`BULK_RECORD_GRACE_MS` past
 (:func:`sweep_bulk_record`). Leasing itself is unchanged: which ready names a
@@ -15,21 +15,15 @@ bulk lease takes is the driver's, as for a receive.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mqcore import model
-from mqcore.errors import InvalidReceiptHandle
-from mqcore.model import ReceivedMessage
 from mqcore.names import (
     ATTEMPT_WINDOW_MS,
     BULK_LEASE_PREFIX,
     QueueName,
-    ReceiptHandle,
-    parse_in_flight_name,
 )
 from mqcore.protocol._fs import read_json, storage_error, write_json_unsynced
 from mqcore.protocol.handles import Handles
@@ -69,7 +63,7 @@ class BulkRecord:
 
 
 class BulkLeases(Handles):
-    """The record of a bulk lease: write, read, read its leases again, unlink (docs/protocol.md 20)."""
+    """The record of a bulk lease: write, read, unlink (docs/protocol.md 20)."""
 
     def load_bulk_lease(self, queue: QueueName, key: str) -> BulkRecord | None:
         """The record of ``key`` on ``queue``, or None (none, unreadable, or of another key).
@@ -122,78 +116,6 @@ class BulkLeases(Handles):
             return False
         except OSError as exc:
             raise storage_error("unlinking the bulk lease record", exc) from exc
-
-    def read_bulk_leases(
-        self, record: BulkRecord, hints: Mapping[str, str] | None = None
-    ) -> tuple[list[ReceivedMessage], list[ReceiptHandle]]:
-        """The leases of ``record`` still in flight, read in place (a retry with the same key).
-
-        Each lease is found by its key (the handle, ``hints``, then one listing of
-        ``delay/`` for all that missed: :meth:`find_leases`) and read through one
-        ``open`` + ``read``; nothing is renamed, so the deadline stays the one the
-        lease has (a replay does not extend it). A lease that ended (redelivered,
-        deleted, received by someone else) is left out.
-
-        Returns:
-            (the messages, in the record's order; the parsed handles of the record, for a delete).
-        Raises:
-            StorageUnavailable: A read failed other than with ENOENT.
-        """
-        parsed: list[ReceiptHandle] = []
-        for text in record.handles:
-            try:
-                parsed.append(ReceiptHandle.parse(text, record.queue))
-            except InvalidReceiptHandle:
-                continue
-        current = self.find_leases(record.queue, parsed, hints)
-        out: list[ReceivedMessage] = []
-        for handle in parsed:
-            name = current.get(handle.text)
-            if name is None:
-                continue
-            message = self._read_lease(record.queue, name)
-            if message is not None:
-                out.append(message)
-        return out, parsed
-
-    def _read_lease(self, queue: QueueName, name: str) -> ReceivedMessage | None:
-        """The message of the lease file ``delay/name`` (None if it moved meanwhile or is torn)."""
-        item = parse_in_flight_name(name)
-        if item is None:
-            return None
-        try:
-            fd = os.open(self.layout.delay_path(name), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ESTALE):
-                return None
-            raise storage_error("open of a bulk lease", exc) from exc
-        try:
-            st = os.fstat(fd)
-            chunks = []
-            while chunk := os.read(fd, max(st.st_size, 1 << 16)):
-                chunks.append(chunk)
-        except OSError as exc:
-            raise storage_error("read of a bulk lease", exc) from exc
-        finally:
-            os.close(fd)
-        try:
-            header, body = model.decode(b"".join(chunks))
-        except model.CorruptMessage as exc:
-            logger.error("corrupt message file in a bulk lease queue=%s name=%s error=%s", queue, name, exc)
-            return None
-        return ReceivedMessage(
-            queue=queue,
-            message_id=item.message_id,
-            body=body,
-            content_type=model.header_content_type(header),
-            receive_count=item.receive_count,
-            deadline_ms=item.deadline_ms,
-            in_flight_name=name,
-            attributes=model.header_attributes(header),
-            attribute_types=model.header_attribute_types(header),
-            first_receive_ms=st.st_mtime_ns // 1_000_000,
-            source_queue=model.header_source_queue(header),
-        )
 
 
 def sweep_bulk_record(path: str, now: int) -> bool:

@@ -21,7 +21,6 @@ daemon's indexes are the driver's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
@@ -29,6 +28,7 @@ from mqcore.errors import MessageNotFound, MQError, StaleReceiptHandle
 from mqcore.model import ReceivedMessage
 from mqcore.names import QueueName, ReceiptHandle, check_lease_key
 from mqcore.protocol import Store
+from mqcore.service.attempts import Relet
 from mqcore.service.plans import Blocking, Plan
 from mqcore.service.requests import Limit, ReceiveArgs, ReceiveRequest
 
@@ -115,7 +115,7 @@ class BulkLeased:
 
     Attributes:
         key: The lease key.
-        replayed: True if a record of the key existed: the messages are its leases still in flight.
+        replayed: True if a record of the key existed: the messages are its messages, leased again.
         messages: The messages (bodies included), in the order leased.
     """
 
@@ -142,42 +142,45 @@ class BulkDeleted:
     missing: int = 0
 
 
-def bulk_lease(
-    store: Store, queue: QueueName, args: BulkArgs, request: ReceiveRequest, hints: Mapping[str, str] | None = None
-) -> Plan[BulkLeased]:
+def bulk_lease(store: Store, queue: QueueName, args: BulkArgs, request: ReceiveRequest) -> Plan[BulkLeased]:
     """The plan of a bulk lease (docs/protocol.md 20.2): replay ``args.key``'s record, or lease and record.
 
-    Yields :class:`~mqcore.service.plans.Blocking` (the record's read, the replay's reads, the
-    record's write) and at most one :class:`LeaseNew`. Nothing is recorded when nothing was
-    leased (a retry then leases anew).
+    Yields :class:`~mqcore.service.plans.Blocking` (the record's read and write), then one
+    :class:`LeaseNew` (no record) or one :class:`~mqcore.service.attempts.Relet` of the record's
+    handles (a retry: the driver re-lets them as for a retried receive attempt, 15.7: each
+    recorded message still in flight under the key, or ready again after its lease ended with
+    nobody receiving it since, is leased again with a new handle and receive count + 1; one
+    deleted or received by someone else is left out). The record is then (re)written with the
+    handles returned; nothing is written when nothing was leased.
 
     Args:
         store: The store.
         queue: The queue.
         args: The checked arguments.
         request: ``args.resolve(queue, attrs)``.
-        hints: Receipt handle -> current ``delay/`` name, where the driver remembers one.
     Raises:
         QueueNotFound: No such queue (from the driver's lease).
         StorageUnavailable: A lease, a read or the record's write failed (nothing is answered: leases
             made before a failed record write end at their deadline).
     """
     record = yield Blocking(lambda: store.load_bulk_lease(queue, args.key))
+    replayed = record is not None
+    leased: list[ReceivedMessage]
     if record is not None:
-        messages, _ = yield Blocking(lambda: store.read_bulk_leases(record, hints))
+        leased = yield Relet(request, record.handles)
         logger.info(
-            "bulk lease replayed queue=%s key=%s recorded=%d in_flight=%d",
+            "bulk lease replayed queue=%s key=%s recorded=%d relet=%d",
             queue,
             args.key,
             len(record.handles),
-            len(messages),
+            len(leased),
         )
-        return BulkLeased(args.key, True, messages)
-    leased: list[ReceivedMessage] = yield LeaseNew(request)
+    else:
+        leased = yield LeaseNew(request)
     if leased:
         deadline = max(m.deadline_ms for m in leased)
         yield Blocking(lambda: store.save_bulk_lease(queue, args.key, [m.receipt_handle for m in leased], deadline))
-    return BulkLeased(args.key, False, leased)
+    return BulkLeased(args.key, replayed, leased)
 
 
 def bulk_delete(store: Store, queue: QueueName, key: str) -> Plan[BulkDeleted]:

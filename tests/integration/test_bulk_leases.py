@@ -50,8 +50,11 @@ async def test_replay_with_the_same_key_and_delete_by_key(stack) -> None:
     again = await lease(stack, "c:1:0", max_messages=20)  # a retried task: the same messages, nothing new
     assert again["replayed"] is True
     assert [m["message_id"] for m in again["messages"]] == ids
-    assert [m["receipt_handle"] for m in again["messages"]] == [m["receipt_handle"] for m in first["messages"]]
     assert again["messages"][3]["body_base64"] == first["messages"][3]["body_base64"]
+    assert {m["receive_count"] for m in again["messages"]} == {2}  # leased again (15.7's re-let): new handles
+    old_handle = first["messages"][0]["receipt_handle"]
+    stale = await stack.request("DELETE", f"/{Q}/messages/{ids[0]}?receipt_handle={old_handle}")
+    assert stale.status == 410  # the first answer's handles are stale; the record names the new ones
 
     other = await lease(stack, "c:1:1", max_messages=20)  # another key: only what is left
     assert [m["message_id"] for m in other["messages"]] == sent[20:]
@@ -82,12 +85,11 @@ async def test_a_lease_that_ends_gives_its_messages_back_and_its_key_no_longer_o
     from tests.conftest import wait_for
 
     await wait_for(ready_again, timeout=20, message="the expired bulk lease's messages are ready again")
-    replay = await lease(stack, "short")  # its leases are over: the record gives nothing back
-    assert replay == {"key": "short", "replayed": True, "messages": []}
-
     taken = await lease(stack, "someone-else", max_messages=10, visibility_timeout_seconds=60)
     assert sorted(m["message_id"] for m in taken["messages"]) == sent
     assert all(m["receive_count"] == 2 for m in taken["messages"])
+    replay = await lease(stack, "short")  # someone else has them now: the old key gets nothing back
+    assert replay == {"key": "short", "replayed": True, "messages": []}
     reply = await stack.request("DELETE", f"/{Q}/leases/short")  # the old key never deletes the new leases
     assert reply.json == {"key": "short", "found": True, "deleted": 0, "missing": 5}
     assert len(stack.files("delay")) == 5
@@ -186,17 +188,22 @@ def test_the_states_a_crash_between_two_steps_leaves(tmp_path: Path) -> None:
         got = client.lease_bulk(Q, "k1", max_messages=2, visibility_timeout_seconds=60)
         assert [m.message_id for m in got] == ids[1:3]
         # Record written, deletes done, killed before the unlink: a delete again deletes nothing and unlinks.
-        record = store.load_bulk_lease(queue, "k1")
-        assert record is not None
+        assert store.load_bulk_lease(queue, "k1") is not None
         for message in got:
             client.delete(Q, message.receipt_handle)
-        assert client.lease_bulk(Q, "k1") == []  # the record's leases are over: nothing new is leased
+        assert client.lease_bulk(Q, "k1") == []  # the record's messages are gone: nothing new is leased
         assert client.delete_bulk(Q, "k1") == 0
         assert not record_path(root, Q, "k1").exists()
         # Half of the deletes done: the rest are deleted by the retry.
         got = client.lease_bulk(Q, "k2", max_messages=2, visibility_timeout_seconds=60)
         client.delete(Q, got[0].receipt_handle)
         assert client.delete_bulk(Q, "k2") == 1
+        # The key's leases ended and nobody received the messages since: a retry leases them again.
+        got = client.lease_bulk(Q, "k4", max_messages=1, visibility_timeout_seconds=1)
+        time.sleep(1.1)
+        again = client.lease_bulk(Q, "k4", visibility_timeout_seconds=60)
+        assert [(m.message_id, m.receive_count) for m in again] == [(got[0].message_id, 2)]
+        assert client.delete_bulk(Q, "k4") == 1
         # A record whose deadline is past its grace is swept by mq-reaper (expire_queue), not before.
         client.lease_bulk(Q, "k3", max_messages=1, visibility_timeout_seconds=60)
         path = record_path(root, Q, "k3")
