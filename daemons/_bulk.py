@@ -34,6 +34,7 @@ from mqcore.service.bulk import (
     check_bulk_lease,
 )
 from mqcore.service.plans import run_async
+from mqcore.service.requests import ReceiveRequest
 
 __all__ = ["BULK_LEASE_ROUTE", "BulkLeases", "add_routes"]
 
@@ -71,6 +72,13 @@ class BulkLeases:
             broker.queues.on_watch_events()  # as a receive does: another worker's sends are indexed first
         state = await broker.queue_state(queue)
         request = args.resolve(queue, state.attrs)
+        # Shielded: a client that disconnects (aiohttp cancels its handler) must not leave leases made
+        # without their record; finished, the record lets the client's retry re-let them.
+        return await asyncio.shield(self._lease_recorded(queue, args, request))
+
+    async def _lease_recorded(self, queue: QueueName, args: BulkArgs, request: ReceiveRequest) -> BulkLeased:
+        """The plan of a bulk lease under the key's lock (:meth:`lease`)."""
+        broker = self.broker
         async with self._locks.holding_async((queue, args.key)):
             return await run_async(bulk_lease(broker.store, queue, args, request), broker.in_saver, self._step)
 
