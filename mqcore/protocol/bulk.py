@@ -5,9 +5,10 @@ A bulk lease is up to *n* ordinary leases (6.3, 15.5: one rename each into
 naming their receipt handles. The record is written (atomic replace, not
 fsynced, like an attempt record, 15.7) before the request is answered, and
 kept as long as its leases may be in flight: a retry with the same key leases
-the recorded messages again instead of new ones (the re-let of a receive attempt,
-15.7) and rewrites the record, a delete by key deletes exactly them, by their handles (15.6), then unlinks
-the record (:meth:`BulkLeases.drop_bulk_lease`); mq-reaper unlinks a record
+the recorded messages again instead of new ones (the re-let of a receive
+attempt, 15.7) and rewrites the record; a delete by key deletes exactly them,
+by their handles (15.6), then unlinks the record
+(:meth:`BulkLeases.drop_bulk_lease`); mq-reaper unlinks a record
 left behind once its deadline is :data:`BULK_RECORD_GRACE_MS` past
 (:func:`sweep_bulk_record`). Leasing itself is unchanged: which ready names a
 bulk lease takes is the driver's, as for a receive.
@@ -15,7 +16,6 @@ bulk lease takes is the driver's, as for a receive.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,10 +25,8 @@ from mqcore.names import (
     BULK_LEASE_PREFIX,
     QueueName,
 )
-from mqcore.protocol._fs import read_json, storage_error, write_json_unsynced
+from mqcore.protocol._fs import read_json, storage_error, unlink_if_older, write_json_unsynced
 from mqcore.protocol.handles import Handles
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["BULK_RECORD_GRACE_MS", "BulkLeases", "BulkRecord", "is_bulk_record_name", "sweep_bulk_record"]
 
@@ -121,21 +119,15 @@ class BulkLeases(Handles):
 def sweep_bulk_record(path: str, now: int) -> bool:
     """Unlink the bulk lease record at ``path`` if its deadline is :data:`BULK_RECORD_GRACE_MS` past (mq-reaper).
 
-    A record that cannot be read as one (foreign content) is judged by its mtime
-    instead. Returns True if it was unlinked; a failure is logged (the next sweep
-    tries again).
+    The unlink is :func:`~mqcore.protocol._fs.unlink_if_older` with the deadline read as the
+    cutoff, so a record a retry rewrote after that read (mtime later than the old deadline) is
+    kept. A record that cannot be read as one (foreign content) is judged by its mtime alone.
+    Returns True if it was unlinked; a failure is logged (the next sweep tries again).
     """
     data = read_json(path)
     deadline = data.get("deadline_ms") if data else None
-    try:
-        if not isinstance(deadline, int):
-            deadline = os.stat(path).st_mtime_ns // 1_000_000
-        if deadline + BULK_RECORD_GRACE_MS > now:
-            return False
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
+    if not isinstance(deadline, int):
+        return unlink_if_older(path, now - BULK_RECORD_GRACE_MS)
+    if deadline + BULK_RECORD_GRACE_MS > now:
         return False
-    except OSError as exc:
-        logger.warning("cannot remove stale bulk lease record path=%s error=%s", path, exc)
-        return False
+    return unlink_if_older(path, deadline)
