@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
-from mqcore.errors import MessageNotFound, MQError, StaleReceiptHandle
+from mqcore.errors import MessageNotFound, MQError, QueueNotFound, StaleReceiptHandle
 from mqcore.model import ReceivedMessage
 from mqcore.names import QueueName, ReceiptHandle, check_lease_key
 from mqcore.protocol import Store
@@ -192,11 +192,14 @@ def bulk_delete(store: Store, queue: QueueName, key: str) -> Plan[BulkDeleted]:
 
     Raises:
         InvalidRequest: ``key`` is not a lease key.
+        QueueNotFound: No such queue (a key of an existing queue without a record is ``found`` False).
         StorageUnavailable: A delete or the unlink failed.
     """
     check_lease_key(key)
     record = yield Blocking(lambda: store.load_bulk_lease(queue, key))
     if record is None:
+        if not (yield Blocking(lambda: store.queue_exists(queue))):
+            raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         return BulkDeleted(key, False)
     handles: list[ReceiptHandle] = []
     for text in record.handles:

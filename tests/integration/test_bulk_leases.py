@@ -70,6 +70,9 @@ async def test_replay_with_the_same_key_and_delete_by_key(stack) -> None:
     assert reply.json == {"key": "c:1:0", "found": False, "deleted": 0, "missing": 0}
     stats = (await stack.request("GET", f"/{Q}")).json
     assert (stats["ready"], stats["in_flight"]) == (0, 5)
+    for method in ("POST", "DELETE"):
+        missing = await stack.request(method, "/no-such-queue/leases/c:1:0")
+        assert (missing.status, missing.json["error"]) == (404, "queue_not_found"), (method, missing.body)
 
 
 @pytest.mark.parametrize("stack", [{"mover_args": ["--rescan-interval", "1"]}], indirect=True)
