@@ -41,6 +41,16 @@ real disk, default ``./var/bench-root-spark``; or ``--url`` for a running server
     at once, i.e. the same total concurrency), each followed by the same number
     of rows written by an availableNow streaming write (as ``stream_sink``, a
     new checkpoint and queue per round); the bar is the ratio of the medians.
+``read_bar``
+    Issue 17's read bar with bulk leases (stop 15), alternating in one run:
+    ``--read-rounds`` (default 3) rounds, each the daemon's own HTTP batch
+    receive+delete (as ``http``) with ``--read-http-threads`` threads (default 4:
+    the most requests the source has in flight, 2 executor tasks' bulk leases + the
+    driver's deletes of the previous batch's 2 keys) on a fresh queue of
+    ``--messages`` messages, then an availableNow streaming read (as ``source``,
+    noop sink) of a fresh queue of as many; the bar compares the medians. With
+    ``--read-http-threads 2,4`` each round also measures 2 threads (the
+    executors' tasks at once).
 ``backlog``
     A queue of ``--backlog`` messages (default 1,000,000) drained by one
     availableNow run into noop, with the driver's RSS (this process, its JVM and
@@ -110,13 +120,13 @@ from bench.run import (
 from mqcore.client import Client
 
 #: Parts of a run, in the default order.
-PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink", "write_bar", "backlog")
+PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink", "write_bar", "read_bar", "backlog")
 #: Parts run without --parts (the backlog part is long: ask for it).
 DEFAULT_PARTS = ("http", "source", "source_prefetch", "sink", "stream_sink")
 #: Bar of issue 5: the source's messages/s over the HTTP receive+delete messages/s.
 BAR_SOURCE_OVER_HTTP = 0.5
 #: Bars of issue 17 (on the standalone cluster): the source over HTTP receive+delete with the same
-#: total concurrency (the driver's requests in flight, mqcore.spark._read.DRIVER_THREADS), and the
+#: total concurrency (the source's requests in flight: 4, see _summary), and the
 #: streaming write over HTTP send_batch (the prefills: --prefill-threads threads).
 BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY = 1.0
 BAR_STREAM_SINK_OVER_HTTP_SEND = 0.8
@@ -835,6 +845,97 @@ class SparkBench:
             "before": before,
         }
 
+    def _drain_http(self, queue: str, threads: int) -> tuple[int, float]:
+        """Receive (10) + delete_batch with ``threads`` threads until ``queue`` is empty: (deleted, seconds)."""
+
+        def drain(k: int) -> int:
+            deleted = 0
+            with Client(self.url, timeout_seconds=60) as c:
+                while msgs := c.receive(queue, max_messages=10, wait_time_seconds=0):
+                    deleted += sum(r is None for r in c.delete_batch(queue, [m.receipt_handle for m in msgs]))
+            return deleted
+
+        t0 = time.monotonic()
+        deleted = sum(_run_threads(threads, drain))
+        return deleted, time.monotonic() - t0
+
+    def read_bar(self) -> dict[str, Any]:
+        """Issue 17's read bar in one run: HTTP receive+delete rounds alternating with streaming reads.
+
+        Each of ``--read-rounds`` rounds drains a fresh queue of ``--messages`` messages with the
+        daemon's own HTTP batch receive+delete for each of ``--read-http-threads`` (the reference),
+        then a fresh queue of as many with an availableNow streaming read into noop (the executors'
+        bulk leases, the driver's deletes by key; a new checkpoint). Messages/s are timed from the
+        first request (``load()`` for Spark, so the query's start counts) to the queue's end; the
+        bar compares the medians. CPU of mq per message is recorded for both.
+        """
+        n, rounds = self.args.messages, self.args.read_rounds
+        max_batch = self.args.max_messages_per_batch
+        before = self.before_part()
+        log(
+            f"read_bar: {rounds} rounds of {n:,} messages, HTTP receive+delete with {self.args.read_http_threads} "
+            f"thread(s), then a streaming read (maxMessagesPerBatch {max_batch}, numPartitions {self.args.partitions})"
+        )
+        http: dict[int, list[float]] = {t: [] for t in self.args.read_http_threads}
+        http_cpu: dict[int, list[float | None]] = {t: [] for t in self.args.read_http_threads}
+        stream_rates: list[float] = []
+        stream_cpu: list[float | None] = []
+        batches: list[list[int]] = []
+        loads: list[list[float]] = []
+        for r in range(rounds):
+            loads.append(_loadavg())
+            for threads in self.args.read_http_threads:
+                queue = self.queue(f"spark-bench-rb-http-{threads}-{r}")
+                self.prefill(queue, n, what=f"read_bar round {r}, HTTP {threads} threads")
+                self.settle()
+                meter = self.meter()
+                deleted, seconds = self._drain_http(queue, threads)
+                cpu = meter.stop(deleted)
+                if deleted < n:
+                    raise RuntimeError(f"the HTTP loop deleted {deleted} messages of {n}")
+                http[threads].append(round(deleted / seconds, 1))
+                http_cpu[threads].append(cpu.get("mq_cpu_ms_per_message"))
+            queue = self.queue(f"spark-bench-rb-stream-{r}")
+            self.prefill(queue, n, what=f"read_bar round {r}, stream")
+            self.settle()
+            meter = self.meter()
+            seconds, progress, _ = self._stream_read(queue, self.work / f"ck-read-bar-{r}", max_batch=max_batch)
+            cpu = meter.stop(n)
+            self._alive()
+            rows = sum(int(p.get("numInputRows", 0)) for p in progress)
+            left = self.client.queue_stats(queue)
+            if rows < n or left["ready"] or left["in_flight"]:
+                raise RuntimeError(f"the streaming read delivered {rows} rows of {n}; left {left}")
+            stream_rates.append(round(rows / seconds, 1))
+            stream_cpu.append(cpu.get("mq_cpu_ms_per_message"))
+            batches.append([int(p["numInputRows"]) for p in progress if p.get("numInputRows")])
+            log(
+                f"  round {r}: HTTP "
+                + ", ".join(f"{t} threads {http[t][-1]:,}" for t in http)
+                + f" msgs/s; stream read {stream_rates[-1]:,} msgs/s ({len(batches[-1])} batches)"
+            )
+        loads.append(_loadavg())
+        stream_median = statistics.median(stream_rates)
+        medians = {t: statistics.median(v) for t, v in http.items()}
+        ratios = {f"threads_{t}": _ratio(stream_median, m) for t, m in medians.items()}
+        log(f"  medians: HTTP {medians}, stream read {stream_median:,}: {ratios}")
+        return {
+            "messages_per_round": n,
+            "rounds": rounds,
+            "max_messages_per_batch": max_batch,
+            "num_partitions": self.args.partitions,
+            "http_receive_delete_msgs_per_s": {f"threads_{t}": v for t, v in http.items()},
+            "http_mq_cpu_ms_per_message": {f"threads_{t}": v for t, v in http_cpu.items()},
+            "stream_read_msgs_per_s": stream_rates,
+            "stream_mq_cpu_ms_per_message": stream_cpu,
+            "stream_rows_per_batch": batches,
+            "http_medians": {f"threads_{t}": m for t, m in medians.items()},
+            "stream_read_median": stream_median,
+            "ratio_of_medians": ratios,
+            "loadavg_between_rounds": loads,
+            "before": before,
+        }
+
     def backlog(self) -> dict[str, Any]:
         """A ``--backlog`` queue drained by one availableNow run; the driver's RSS sampled every 0.5 s.
 
@@ -976,7 +1077,9 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
         "bar": BAR_SOURCE_OVER_HTTP,
         "met": value is not None and value >= BAR_SOURCE_OVER_HTTP,
     }
-    from mqcore.spark._read import DRIVER_THREADS
+    # The most requests the source has in flight: the executors' bulk leases (2 tasks at once on the
+    # two-worker cluster) and the driver's deletes of the previous batch's keys (2): 4 (issue 17, stop 15).
+    DRIVER_THREADS = 4  # the name of the figure in earlier results
 
     same = http.get(f"threads_{DRIVER_THREADS}")
     for part in ("source", "source_prefetch"):
@@ -997,6 +1100,15 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
             "http_send_msgs_per_s": send_rate,
             "bar": BAR_STREAM_SINK_OVER_HTTP_SEND,
             "met": ratio is not None and ratio >= BAR_STREAM_SINK_OVER_HTTP_SEND,
+        }
+    if "read_bar" in result:
+        ratios = result["read_bar"]["ratio_of_medians"]
+        value = min((v for v in ratios.values() if v is not None), default=None)
+        out["bar_read_bar_stream_over_http_receive_delete"] = {
+            "value": value,
+            "ratios_by_http_threads": ratios,
+            "bar": BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
+            "met": value is not None and value >= BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
         }
     if "write_bar" in result:
         ratio = result["write_bar"]["ratio_of_medians"]
@@ -1036,6 +1148,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=10, help="sink option batchSize (default 10)")
     p.add_argument("--http-threads", default="1,4", help="thread counts of the HTTP receive+delete loops (default 1,4)")
     p.add_argument("--write-rounds", type=int, default=3, help="rounds of the write_bar part (default 3)")
+    p.add_argument("--read-rounds", type=int, default=3, help="rounds of the read_bar part (default 3)")
+    p.add_argument(
+        "--read-http-threads", default="4", help="thread counts of read_bar's HTTP reference (default 4; e.g. 2,4)"
+    )
     p.add_argument("--prefill-threads", type=int, default=4, help="threads of send_batch for the prefills (default 4)")
     p.add_argument(
         "--parts",
@@ -1089,6 +1205,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.messages is None:
         args.messages = QUICK_MESSAGES if args.quick else MESSAGES
     args.http_threads = [int(x) for x in args.http_threads.split(",") if x]
+    args.read_http_threads = [int(x) for x in args.read_http_threads.split(",") if x]
     args.parts = [x for x in args.parts.split(",") if x]
     unknown = set(args.parts) - set(PARTS)
     if unknown:
@@ -1152,7 +1269,8 @@ def main(argv: list[str] | None = None) -> int:
             url = args.url
         result["config"]["url"] = url
         bench = SparkBench(args, url, daemons, work)
-        spark_parts = {"source", "source_prefetch", "sink", "stream_sink", "write_bar", "backlog"} & set(args.parts)
+        spark_parts = {"source", "source_prefetch", "sink", "stream_sink", "write_bar", "read_bar", "backlog"}
+        spark_parts &= set(args.parts)
         startup: dict[str, Any] = {"startup_total_s": 0.0}
         if spark_parts:
             startup = bench.start_spark()
@@ -1170,6 +1288,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["stream_sink"] = bench.stream_sink()
             elif part == "write_bar":
                 result["write_bar"] = bench.write_bar()
+            elif part == "read_bar":
+                result["read_bar"] = bench.read_bar()
             elif part == "backlog":
                 result["backlog"] = bench.backlog()
     except (RuntimeError, OSError) as exc:

@@ -63,6 +63,8 @@ ROUTE_ACTIONS: dict[tuple[str, str], str] = {
     ("POST", "/{queue}/messages/{message_id}/visibility"): "receive",
     ("GET", "/{queue}/peek"): "receive",
     ("POST", "/{queue}/peek"): "receive",
+    ("POST", "/{queue}/leases/{key}"): "receive",  # issue 17: bulk leases
+    ("DELETE", "/{queue}/leases/{key}"): "receive",
     ("GET", "/"): ANY_TOKEN,
     ("GET", "/{queue}"): ANY_ACTION,
     ("GET", "/{queue}/attributes"): ANY_ACTION,

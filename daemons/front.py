@@ -50,7 +50,7 @@ from typing import Any
 import click
 from aiohttp import web
 
-from daemons import _auth, _listen, _processes, _runtime, _watchdog
+from daemons import _auth, _bulk, _listen, _processes, _runtime, _watchdog
 from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
 from daemons._console import add_console_routes
@@ -138,6 +138,7 @@ def make_app(broker: Broker, auth: _auth.Authenticator | None = None) -> web.App
     router.add_post("/{queue}/redrive", start_redrive)
     router.add_get("/{queue}/redrive", get_redrive)
     router.add_delete("/{queue}/redrive", cancel_redrive)
+    _bulk.add_routes(app)  # issue 17: POST/DELETE /{queue}/leases/{key}
     router.add_post("/", sqs_endpoint)  # SQS's AWS JSON 1.0 protocol (docs/sqs.md); the native API has no POST /
     router.add_post(r"/{account:[0-9]{12}}/{queue}", sqs_endpoint)  # SDKs that post to the queue URL
     return app

@@ -35,6 +35,7 @@ Extensions (issue 3; optional files, a root without them is valid)::
     queues/.Q.TOKEN.creating a queue being created with its attributes (renamed to queues/Q)
     delay/DL.Q.ID.0.LT       a delayed send (receive count 0), invisible until DL
     attempts/Q.HASH          receive request attempt record; HASH = sha256 of the attempt id, hex
+    queues/Q/.lease.KEY      bulk lease record: the receipt handles leased under KEY (issue 17)
 
 A receipt handle is the ``delay/`` name its receive made (``DL.Q.ID.RC.LT``).
 Everything after ``DL.`` is the lease's key (:attr:`InFlightName.lease_key`):
@@ -93,6 +94,8 @@ ATTRIBUTES_FILE = ".attributes"
 PURGE_FILE = ".purge"
 REDRIVE_FILE = ".redrive"
 REDRIVE_CANCEL_FILE = ".redrive-cancel"
+#: Prefix of a bulk lease record's name in its queue's directory: ``queues/Q/.lease.KEY`` (issue 17).
+BULK_LEASE_PREFIX = ".lease."
 #: Suffix of a queue directory being created, inside ``queues/``.
 STAGING_SUFFIX = ".creating"
 #: How long a receive request attempt id is remembered, in ms (SQS: 5 minutes).
@@ -115,6 +118,30 @@ def check_queue_name(name: str) -> QueueName:
             queue=cap(name) if isinstance(name, str) else echo(name),
         )
     return QueueName(name)
+
+
+#: Longest bulk lease key (issue 17).
+MAX_LEASE_KEY_CHARS = 128
+_LEASE_KEY_RE = re.compile(rf"[A-Za-z0-9_:-]{{1,{MAX_LEASE_KEY_CHARS}}}")
+
+
+def check_lease_key(key: object) -> str:
+    """Return ``key`` if it is a bulk lease key: 1-128 characters of ``A-Z a-z 0-9 - _ :``.
+
+    The key is part of the record's file name ``queues/Q/.lease.KEY`` (docs/protocol.md 20),
+    so it can never hold a ``/``, a NUL or a ``.`` (a record's name never ends in ``.tmp``, and
+    is never ``.`` or ``..``).
+
+    Raises:
+        InvalidRequest: Anything else (``details.parameter`` = ``key``), before any path is built.
+    """
+    if not isinstance(key, str) or not _LEASE_KEY_RE.fullmatch(key):
+        raise InvalidRequest(
+            f"lease keys are 1-{MAX_LEASE_KEY_CHARS} characters of A-Z, a-z, 0-9, '-', '_' and ':'",
+            parameter="key",
+            key=cap(key) if isinstance(key, str) else echo(key),
+        )
+    return key
 
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_-]{0,80}|[A-Za-z0-9_-]{1,75}\.(?:f|fi|fif|fifo)?")
@@ -552,6 +579,10 @@ class Layout:
         if not re.fullmatch(r"[0-9a-f]{64}", attempt_hash):
             raise ValueError(f"not a sha256 hex digest: {attempt_hash!r}")
         return os.path.join(self.attempts, f"{check_queue_name(queue)}.{attempt_hash}")
+
+    def bulk_lease_path(self, queue: QueueName, key: str) -> str:
+        """Path of ``queues/<queue>/.lease.<key>`` (queue name and key checked again: defence in depth)."""
+        return os.path.join(self.queue_dir(queue), BULK_LEASE_PREFIX + check_lease_key(key))
 
     def ready_path(self, queue: QueueName, message_id: MessageId, receive_count: int) -> str:
         """Path of a ready message file."""

@@ -35,7 +35,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.client._local_receive import MAX_REMEMBERED_LEASES, Receiver, as_client, reap_message, reap_queue
+from mqcore.client._local_receive import (
+    MAX_REMEMBERED_LEASES,
+    Receiver,
+    as_client,
+    as_message,
+    reap_message,
+    reap_queue,
+)
 from mqcore.client._local_redrive import RedriveRunner
 from mqcore.client._local_send import Sender
 from mqcore.client._local_waiters import RESCAN_INTERVAL_SECONDS, Op, Watches, drive
@@ -46,8 +53,9 @@ from mqcore.client.options import PEEK_DEFAULTS, RECEIVE_DEFAULTS, PeekOptions, 
 from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
-from mqcore.names import IdGenerator, QueueName, check_message_id, check_queue_name
+from mqcore.names import IdGenerator, QueueName, check_lease_key, check_message_id, check_queue_name
 from mqcore.protocol import Store, now_ms
+from mqcore.service.bulk import check_bulk_lease
 from mqcore.service.handles import LeaseMemory, check_handle
 from mqcore.service.queues import queue_stats
 from mqcore.service.requests import (
@@ -264,6 +272,19 @@ class LocalClient(QueueClient):
 
     def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]:
         return _each(self.store, queue, entries, lambda name, entry: self.change_visibility(name, *entry))
+
+    # -- bulk leases (issue 17) -------------------------------------------------------------
+
+    def lease_bulk(
+        self, queue: str, key: str, *, max_messages: int = 10, visibility_timeout_seconds: int | None = None
+    ) -> list[Message]:
+        name = check_queue_name(queue)
+        args = check_bulk_lease(key, max_messages, visibility_timeout_seconds)
+        return [as_message(m) for m in self.receiver.lease_bulk(name, args)]
+
+    def delete_bulk(self, queue: str, key: str) -> int:
+        name = check_queue_name(queue)
+        return self.receiver.delete_bulk(name, check_lease_key(key))
 
     # -- peek -------------------------------------------------------------------------------
 

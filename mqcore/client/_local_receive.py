@@ -31,13 +31,15 @@ from typing import Any, TypeVar
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.client._local_waiters import Op, Undoable, Watches, poll_op
 from mqcore.client.types import Message
+from mqcore.errors import InvalidRequest, MQError
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, is_fifo_queue, removed_entry_queue, removed_name
 from mqcore.protocol import LeasePolicy, Store, now_ms
 from mqcore.service import fifo
 from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_receive, relet
+from mqcore.service.bulk import BulkArgs, DeleteHandles, LeaseNew, bulk_delete, bulk_lease
 from mqcore.service.handles import LeaseMemory
-from mqcore.service.plans import Blocking
+from mqcore.service.plans import Blocking, run_sync
 from mqcore.service.receive import in_partition, lease_names, lease_policy, redeliver_due
 from mqcore.service.requests import ReceiveArgs, ReceiveRequest
 
@@ -171,6 +173,50 @@ class Receiver:
             return (yield from attempted_receive(self.store, request))
         finally:
             leave()
+
+    def lease_bulk(self, queue: QueueName, args: BulkArgs) -> list[ReceivedMessage]:
+        """A bulk lease (:func:`mqcore.service.bulk.bulk_lease`): replay ``args.key``'s record, or lease and record.
+
+        New leases are one pass of a receive (redelivery of due files, one listing, oldest first).
+        Serialized per ``(queue, key)`` in this process.
+
+        Raises:
+            InvalidRequest: A FIFO queue.
+            QueueNotFound: No such queue.
+        """
+        if is_fifo_queue(queue):
+            raise InvalidRequest("bulk leases are for standard queues, not FIFO queues", queue=queue)
+        request = args.resolve(queue, effective(self.store.get_attributes(queue), self.defaults))
+
+        def lease_new(op: LeaseNew | Relet) -> list[ReceivedMessage]:
+            return self._relet(op) if isinstance(op, Relet) else self._receive_pass(op.request)[0]
+
+        with self._attempt_locks.holding((queue, "bulk", args.key)):
+            done = run_sync(bulk_lease(self.store, queue, args, request), lease_new)
+        for message in done.messages:
+            self.leases.received(message)
+        return done.messages
+
+    def delete_bulk(self, queue: QueueName, key: str) -> int:
+        """Delete every message leased under ``key`` (:func:`mqcore.service.bulk.bulk_delete`); return how many."""
+
+        def delete(op: DeleteHandles) -> list[MQError | None]:
+            out: list[MQError | None] = []
+            for handle in op.handles:
+                try:
+                    self.store.delete_by_handle(op.queue, handle, self.leases.current(handle), sync=False)
+                    out.append(None)
+                except MQError as exc:
+                    out.append(exc)
+            self.store.disk.sync_dir(self.store.layout.remove, "fsync of remove/")
+            for handle, result in zip(op.handles, out, strict=True):
+                self.leases.released(handle)
+                if result is None:
+                    reap_message(self.store, op.queue, handle.message_id)
+            return out
+
+        with self._attempt_locks.holding((queue, "bulk", key)):
+            return run_sync(bulk_delete(self.store, queue, key), delete).deleted
 
     def receive_op(self, name: QueueName, args: ReceiveArgs) -> Op[list[Message]]:
         """``LocalClient.receive`` as an operation, its arguments checked: resolve them, then receive.

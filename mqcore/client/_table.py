@@ -98,6 +98,8 @@ class Operations:
         ops.change_visibility, renamed_keyword("timeout_seconds", "visibility_timeout_seconds", removed_in="0.2")
     )
     change_visibility_batch = Operation(ops.change_visibility_batch)
+    lease_bulk = Operation(ops.lease_bulk)
+    delete_bulk = Operation(ops.delete_bulk)
     peek = Operation(ops.peek)
     peek_ids = Operation(ops.peek_ids)
     delete_by_ids = Operation(ops.delete_by_ids)

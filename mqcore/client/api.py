@@ -349,6 +349,43 @@ class QueueClient(Protocol):
         """
         ...
 
+    def lease_bulk(
+        self, queue: str, key: str, *, max_messages: int = 10, visibility_timeout_seconds: int | None = None
+    ) -> list[Message]:
+        """Lease up to ``max_messages`` ready messages under ``key`` in one request (a bulk lease, issue 17).
+
+        The server records the leases under ``key`` (``queues/Q/.lease.KEY``, docs/protocol.md 20)
+        before it answers. A call with a key that has a record leases that record's messages again
+        (fresh receipt handles, receive count + 1; those deleted or taken by someone else since are
+        left out; nothing new): a retried task reads the same messages. No waiting: ``[]`` when
+        nothing is ready.
+
+        Args:
+            queue: Queue name (a standard queue: a FIFO queue is refused).
+            key: The lease key, 1-128 characters of ``A-Z a-z 0-9 - _ :``.
+            max_messages: 1-10,000.
+            visibility_timeout_seconds: 1-43,200; None = the queue's ``visibility_timeout_seconds``.
+        Returns:
+            The messages, oldest first when leased anew.
+        Raises:
+            InvalidRequest: A malformed key or an argument out of range (before any file is touched).
+            QueueNotFound: No such queue.
+        """
+        ...
+
+    def delete_bulk(self, queue: str, key: str) -> int:
+        """Delete every message leased under ``key`` (its record's leases still in flight), then the record.
+
+        Idempotent: a key without a record deletes nothing. A lease of the record that is over
+        (its message deleted, or received again by someone else) is left alone.
+
+        Returns:
+            How many messages were deleted.
+        Raises:
+            InvalidRequest: A malformed key.
+        """
+        ...
+
     def ack(self, message: Message) -> None:
         """Delete a received message: ``delete(message.queue, message.receipt_handle)``. Errors as :meth:`delete`."""
         self.delete(message.queue, message.receipt_handle)
@@ -522,6 +559,12 @@ class AsyncQueueClient(Protocol):
     async def change_visibility(self, queue: str, receipt_handle: str, visibility_timeout_seconds: int) -> int: ...
 
     async def change_visibility_batch(self, queue: str, entries: Sequence[tuple[str, int]]) -> list[int | MQError]: ...
+
+    async def lease_bulk(
+        self, queue: str, key: str, *, max_messages: int = 10, visibility_timeout_seconds: int | None = None
+    ) -> list[Message]: ...
+
+    async def delete_bulk(self, queue: str, key: str) -> int: ...
 
     async def ack(self, message: Message) -> None:
         await self.delete(message.queue, message.receipt_handle)

@@ -21,6 +21,7 @@ The package is split by concern; :class:`Store` joins the parts:
 - ``attempts``: receive request attempt records.     ``delete``: delete by id, purge.
 - ``peek``: reading messages in place.               ``redrive``: moving dead letters back.
 - ``redelivery``: mq-mover's transitions.            ``sweeps``: mq-reaper's sweeps and counts.
+- ``bulk``: bulk lease records (many leases under one key, issue 17).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from mqcore.limits import DEFAULT_PEEK_LIMIT, MAX_PEEK_LIMIT
 from mqcore.protocol._base import Clock, now_ms
 from mqcore.protocol._fs import STORAGE_ERRNOS, STORAGE_HOOKS, DirSyncer, StorageHooks
 from mqcore.protocol.attempts import Attempts
+from mqcore.protocol.bulk import BulkLeases, BulkRecord
 from mqcore.protocol.delete import Deletes
-from mqcore.protocol.handles import Handles
 from mqcore.protocol.peek import PeekedFile, Peeking
 from mqcore.protocol.policy import LeasePolicy, iter_due
 from mqcore.protocol.redelivery import Redelivery
@@ -45,6 +46,7 @@ __all__ = [
     "STORAGE_ERRNOS",
     "STORAGE_HOOKS",
     "TMP_GRACE_MS",
+    "BulkRecord",
     "Clock",
     "DirSyncer",
     "LeasePolicy",
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 
-class Store(Sending, Handles, Redelivery, Attempts, Deletes, Peeking, Redrives, Sweeps):
+class Store(Sending, BulkLeases, Redelivery, Attempts, Deletes, Peeking, Redrives, Sweeps):
     """The protocol on one root directory: every transition of docs/protocol.md, one method each.
 
     Each concern is a class of its own module (see the package docstring); a

@@ -11,6 +11,7 @@ import shutil
 
 from mqcore.names import STAGING_SUFFIX, QueueName, parse_in_flight_name, parse_ready_name, removed_name
 from mqcore.protocol._fs import listdir, mtime_ms, unlink_if_older
+from mqcore.protocol.bulk import is_bulk_record_name, sweep_bulk_record
 from mqcore.protocol.policy import LeasePolicy
 from mqcore.protocol.queues import Queues
 
@@ -87,6 +88,8 @@ class Sweeps(Queues):
             if name[:1] == ".":
                 if name.endswith(".tmp"):
                     unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
+                elif is_bulk_record_name(name):  # a bulk lease record past its deadline (docs/protocol.md 20)
+                    sweep_bulk_record(os.path.join(qdir, name), now)
                 continue
             # Only a name at or below a bound can be gone: a string compare, not a parse, per name
             # (a start-up sweep of 1,000,000 ready messages parsed every one: issue 12).

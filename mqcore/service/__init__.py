@@ -26,6 +26,8 @@ rate), attempt id, content type, prefix, sizes
 Receipt-handle checks and the lease memory             :mod:`mqcore.service.handles`
 Receive request attempts (ReceiveRequestAttemptId):    :mod:`mqcore.service.attempts`
 5-minute record, retry re-lets, per-key lock
+Bulk leases (issue 17): lease under a key, replay,     :mod:`mqcore.service.bulk` (``bulk_lease``,
+delete by key                                          ``bulk_delete``, ``check_bulk_lease``)
 Capacity admission and QueueFull                       :mod:`mqcore.service.capacity`
 Leasing, dead-letter and retention policy at receive,  :mod:`mqcore.service.receive`
 redelivery of due ``delay/`` files (brokerless)

@@ -11,10 +11,11 @@ Spark 4's Python Data Source API (pyspark >= 4.0, pyarrow, Java 17: the
     df.select("body").write.format("mq").option("queue", "done").mode("append").save()
 
 A batch read is a snapshot by peek (nothing is received or changed); a
-streaming read leases each micro-batch and deletes its messages once Spark has
-committed it (at least once); writes send each row as a message from the
-executors. This package is the top layer: it uses :mod:`mqcore.client` only,
-and the protocol core never imports it (an import-linter contract in CI).
+streaming read's executors lease each micro-batch (bulk leases under keys its
+offsets name) and the driver deletes the keys once Spark has committed the
+batch (at least once); writes send each row as a message from the executors.
+This package is the top layer: it uses :mod:`mqcore.client` only, and the
+protocol core never imports it (an import-linter contract in CI).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from pyspark.sql.types import StructType
 
 from mqcore.spark._options import OptionError, SourceOptions, parse
-from mqcore.spark._read import READ_SCHEMA, MQBatchReader, MQStreamReader
+from mqcore.spark._read import READ_SCHEMA, MQBatchReader
+from mqcore.spark._stream import MQStreamReader
 from mqcore.spark._write import MQCommitMessage, MQStreamWriter, MQWriter, RowPlan, WriteFailed
 
 __all__ = [

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_NUM_PARTITIONS = 2
 #: Default ``pageSize``: messages per peek request of a batch read (the most the server allows).
 DEFAULT_PAGE_SIZE = MAX_PEEK_LIMIT
-#: Default ``consumer``: the prefix of the streaming read's receive attempt ids.
+#: Default ``consumer``: the prefix of the streaming read's bulk lease keys.
 DEFAULT_CONSUMER = "spark"
 #: Default ``maxMessagesPerBatch``: most messages leased for one micro-batch.
 DEFAULT_MAX_MESSAGES_PER_BATCH = 10_000
@@ -38,7 +38,7 @@ DEFAULT_BATCH_SIZE = DEFAULT_BATCH_MESSAGES
 #: Default ``contentType`` of string bodies written.
 DEFAULT_CONTENT_TYPE = TEXT_CONTENT_TYPE
 
-#: Longest ``consumer``: an attempt id ``<consumer>:<seq>:<k>[:<nonce>]`` must stay within 128 characters.
+#: Longest ``consumer``: a bulk lease key ``<consumer>:<run>:<seq>:<k>`` must stay within 128 characters.
 MAX_CONSUMER_LENGTH = 64
 _CONSUMER_RE = re.compile(rf"[!-~]{{1,{MAX_CONSUMER_LENGTH}}}")  # printable ASCII, no space
 
@@ -72,12 +72,12 @@ class SourceOptions:
         num_partitions: Input partitions per queue (batch read) or per micro-batch (streaming read).
         page_size: Messages per peek page (batch read), 1-1,000.
         include_dead_letters: Batch read: also the queue's dead-lettered messages.
-        consumer: Prefix of the receive attempt ids ``<consumer>:<seq>:<k>``.
+        consumer: Prefix of the bulk lease keys ``<consumer>:<run>:<seq>:<k>``.
         max_messages_per_batch: Most messages leased for one micro-batch.
         visibility_timeout_seconds: Lease length of the streaming read, seconds (1-43,200).
         batch_size: Entries per ``send_batch`` request of a write.
         content_type: Content-Type of string bodies written.
-        prefetch: Streaming read: lease the next micro-batch while Spark processes the current one.
+        prefetch: Accepted for compatibility; no effect since the executors lease (issue 17, docs/spark.md).
         token: Bearer token for a server with ``--auth-file`` (option ``token``; default MQ_TOKEN of each process).
         ca_bundle: PEM CA bundle verifying an ``https://`` url (option ``caBundle``; default MQ_CA_BUNDLE).
     """

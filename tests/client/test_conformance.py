@@ -478,3 +478,35 @@ def test_partitions_cover_every_message_exactly_once(pair: Pair, queue: str) -> 
         assert got == sorted(got) and all(partition_of(i, 3) == p for i in got)
         seen += got
     assert sorted(seen) == sorted(ids) and len(set(seen)) == len(ids)  # type: ignore[type-var]
+
+
+# -- bulk leases (issue 17) -------------------------------------------------------------------------
+
+
+def test_bulk_lease_replays_its_key_and_delete_bulk_deletes_exactly_its_messages(pair: Pair) -> None:
+    """A bulk lease made through one client is replayed and deleted through the other (mixed: HTTP <-> brokerless)."""
+    queue = f"bulk-{pair.kind}"
+    pair.a.create_queue(queue)
+    sent = pair.a.send_batch(queue, [f"m{i}" for i in range(14)])
+    pair.settle(queue, 14)
+
+    first = pair.a.lease_bulk(queue, "c:7:0", max_messages=12, visibility_timeout_seconds=60)
+    assert [m.message_id for m in first] == sent[:12]  # oldest first
+    assert [m.body for m in first] == [f"m{i}".encode() for i in range(12)]
+    replay = pair.b.lease_bulk(queue, "c:7:0", max_messages=12)  # a retried task, on the other client
+    assert [(m.message_id, m.body, m.receive_count) for m in replay] == [(m.message_id, m.body, 2) for m in first]
+    with pytest.raises(StaleReceiptHandle):  # leased again under the key: the first handles are stale
+        pair.a.delete(queue, first[0].receipt_handle)
+    rest = pair.b.lease_bulk(queue, "c:7:1", max_messages=12, visibility_timeout_seconds=60)
+    assert [m.message_id for m in rest] == sent[12:]
+    assert pair.b.receive(queue, max_messages=10) == []  # everything is leased
+
+    assert pair.b.delete_bulk(queue, "c:7:0") == 12
+    assert pair.a.delete_bulk(queue, "c:7:0") == 0  # idempotent: the record is gone
+    stats = pair.a.queue_stats(queue)
+    assert (stats["ready"], stats["in_flight"]) == (0, 2)
+    assert pair.a.delete_bulk(queue, "c:7:1") == 2
+    for client in (pair.a, pair.b):
+        with pytest.raises(InvalidRequest) as info:
+            client.lease_bulk(queue, "../escape")
+        assert info.value.details["parameter"] == "key"
