@@ -121,11 +121,11 @@ def check_queue_name(name: str) -> QueueName:
 
 
 #: Longest bulk lease key (issue 17).
-MAX_LEASE_KEY_CHARS = 128
-_LEASE_KEY_RE = re.compile(rf"[A-Za-z0-9_:-]{{1,{MAX_LEASE_KEY_CHARS}}}")
+MAX_BULK_KEY_CHARS = 128
+_BULK_KEY_RE = re.compile(rf"[A-Za-z0-9_:-]{{1,{MAX_BULK_KEY_CHARS}}}")
 
 
-def check_lease_key(key: object) -> str:
+def check_bulk_key(key: object) -> str:
     """Return ``key`` if it is a bulk lease key: 1-128 characters of ``A-Z a-z 0-9 - _ :``.
 
     The key is part of the record's file name ``queues/Q/.lease.KEY`` (docs/protocol.md 20),
@@ -135,9 +135,9 @@ def check_lease_key(key: object) -> str:
     Raises:
         InvalidRequest: Anything else (``details.parameter`` = ``key``), before any path is built.
     """
-    if not isinstance(key, str) or not _LEASE_KEY_RE.fullmatch(key):
+    if not isinstance(key, str) or not _BULK_KEY_RE.fullmatch(key):
         raise InvalidRequest(
-            f"lease keys are 1-{MAX_LEASE_KEY_CHARS} characters of A-Z, a-z, 0-9, '-', '_' and ':'",
+            f"bulk lease keys are 1-{MAX_BULK_KEY_CHARS} characters of A-Z, a-z, 0-9, '-', '_' and ':'",
             parameter="key",
             key=cap(key) if isinstance(key, str) else echo(key),
         )
@@ -582,7 +582,7 @@ class Layout:
 
     def bulk_lease_path(self, queue: QueueName, key: str) -> str:
         """Path of ``queues/<queue>/.lease.<key>`` (queue name and key checked again: defence in depth)."""
-        return os.path.join(self.queue_dir(queue), BULK_LEASE_PREFIX + check_lease_key(key))
+        return os.path.join(self.queue_dir(queue), BULK_LEASE_PREFIX + check_bulk_key(key))
 
     def ready_path(self, queue: QueueName, message_id: MessageId, receive_count: int) -> str:
         """Path of a ready message file."""

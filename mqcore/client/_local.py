@@ -53,7 +53,7 @@ from mqcore.client.options import PEEK_DEFAULTS, RECEIVE_DEFAULTS, PeekOptions, 
 from mqcore.client.types import BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
 from mqcore.limits import DEFAULT_BATCH_MESSAGES
-from mqcore.names import IdGenerator, QueueName, check_lease_key, check_message_id, check_queue_name
+from mqcore.names import IdGenerator, QueueName, check_bulk_key, check_message_id, check_queue_name
 from mqcore.protocol import Store, now_ms
 from mqcore.service.bulk import check_bulk_lease
 from mqcore.service.handles import LeaseMemory, check_handle
@@ -284,7 +284,7 @@ class LocalClient(QueueClient):
 
     def delete_bulk(self, queue: str, key: str) -> int:
         name = check_queue_name(queue)
-        return self.receiver.delete_bulk(name, check_lease_key(key))
+        return self.receiver.delete_bulk(name, check_bulk_key(key))
 
     # -- peek -------------------------------------------------------------------------------
 

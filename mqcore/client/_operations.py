@@ -44,7 +44,7 @@ from mqcore.client.options import (
 from mqcore.client.types import TEXT_CONTENT_TYPE, BatchEntry, Message, PeekedMessage, PeekPage
 from mqcore.errors import InvalidRequest, MessageTooLarge, MQError, error_from_json
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_PEEK_LIMIT
-from mqcore.names import check_fifo_id, check_lease_key, check_message_id, check_queue_name
+from mqcore.names import check_bulk_key, check_fifo_id, check_message_id, check_queue_name
 
 T = TypeVar("T")
 
@@ -365,7 +365,7 @@ def change_visibility(queue: str, receipt_handle: str, visibility_timeout_second
 def lease_bulk(
     queue: str, key: str, *, max_messages: int = 10, visibility_timeout_seconds: int | None = None
 ) -> Op[list[Message]]:
-    path = _queue_path(queue, "leases", check_lease_key(key))
+    path = _queue_path(queue, "leases", check_bulk_key(key))
     body = _given(max_messages=max_messages, visibility_timeout_seconds=visibility_timeout_seconds)
     # Leasing a micro-batch's share of 10,000 messages takes the server a while: give it the longest wait.
     answer = yield Request("POST", path, json=body, extra_read_seconds=MAX_WAIT_SECONDS)
@@ -373,7 +373,7 @@ def lease_bulk(
 
 
 def delete_bulk(queue: str, key: str) -> Op[int]:
-    answer = yield Request("DELETE", _queue_path(queue, "leases", check_lease_key(key)))
+    answer = yield Request("DELETE", _queue_path(queue, "leases", check_bulk_key(key)))
     return int(answer.json()["deleted"])
 
 

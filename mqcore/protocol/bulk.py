@@ -46,7 +46,7 @@ class BulkRecord:
     """What ``queues/Q/.lease.KEY`` holds.
 
     Attributes:
-        key: The lease key (:func:`mqcore.names.check_lease_key`).
+        key: The lease key (:func:`mqcore.names.check_bulk_key`).
         queue: The queue.
         created_ms: When the leases were made (epoch ms, the leasing host's clock).
         deadline_ms: The leases' visibility deadline when they were made (epoch ms).

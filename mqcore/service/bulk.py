@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
 from mqcore.errors import MessageNotFound, MQError, QueueNotFound, StaleReceiptHandle
 from mqcore.model import ReceivedMessage
-from mqcore.names import QueueName, ReceiptHandle, check_lease_key
+from mqcore.names import QueueName, ReceiptHandle, check_bulk_key
 from mqcore.protocol import Store
 from mqcore.service.attempts import Relet
 from mqcore.service.plans import Blocking, Plan
@@ -58,7 +58,7 @@ class BulkArgs:
     """A bulk lease's checked arguments.
 
     Attributes:
-        key: The lease key (:func:`mqcore.names.check_lease_key`).
+        key: The lease key (:func:`mqcore.names.check_bulk_key`).
         max_messages: 1-10,000.
         visibility_timeout_seconds: 1-43,200, or None (the queue's ``visibility_timeout_seconds``).
     """
@@ -86,7 +86,7 @@ def check_bulk_lease(key: object, max_messages: object, visibility_timeout_secon
             a number out of range (``max_messages`` 1-10,000, ``visibility_timeout_seconds`` 1-43,200).
     """
     return BulkArgs(
-        check_lease_key(key),
+        check_bulk_key(key),
         BULK_MAX_MESSAGES.check(max_messages),
         BULK_VISIBILITY_TIMEOUT_SECONDS.optional(visibility_timeout_seconds),
     )
@@ -195,7 +195,7 @@ def bulk_delete(store: Store, queue: QueueName, key: str) -> Plan[BulkDeleted]:
         QueueNotFound: No such queue (a key of an existing queue without a record is ``found`` False).
         StorageUnavailable: A delete or the unlink failed.
     """
-    check_lease_key(key)
+    check_bulk_key(key)
     record = yield Blocking(lambda: store.load_bulk_lease(queue, key))
     if record is None:
         if not (yield Blocking(lambda: store.queue_exists(queue))):

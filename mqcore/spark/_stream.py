@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 ACK_THREADS = 4
 #: Acknowledged sequence numbers remembered to skip repeated acks (``latestOffset`` then ``commit``).
 REMEMBERED_ACKS = 64
-#: Characters a ``consumer`` keeps in a lease key (``mqcore.names.check_lease_key``); others become ``_``.
+#: Characters a ``consumer`` keeps in a lease key (``mqcore.names.check_bulk_key``); others become ``_``.
 _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_:-]")
 
 
