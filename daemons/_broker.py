@@ -213,8 +213,10 @@ class Broker:
     async def stats(self, queue: QueueName) -> dict[str, Any]:
         """The JSON of ``GET /<queue>`` (:func:`mqcore.service.queues.queue_stats`).
 
-        ``ready`` and the oldest age come from this daemon's index; ``in_flight``
-        and ``delayed`` from one listing of ``delay/`` (Store.count_delay).
+        ``ready`` and the oldest age come from this daemon's index, brought up to date with
+        the inotify events queued by then (:meth:`QueueStates.catch_up`: a change made through
+        another daemon before this request shows at once); ``in_flight`` and ``delayed`` from one
+        listing of ``delay/`` (Store.count_delay).
         """
         state = await self.queues.queue_state(queue)
 
@@ -223,6 +225,7 @@ class Broker:
             return counts, self.store.read_redrive_status(queue)
 
         (in_flight, delayed), redrive = await self.run_in(self.savers, read)
+        self.queues.catch_up()  # what other processes did before the listing, not a window later
         return queue_stats(
             queue,
             ready=len(state.index),
