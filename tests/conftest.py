@@ -34,8 +34,10 @@ import yarl
 #: The repository root (the daemons are imported from here).
 REPO = Path(__file__).resolve().parent.parent
 
-#: How long a daemon may take to print its readiness line, in seconds (generous: never a speed test).
-READY_TIMEOUT_SECONDS = 15.0
+#: How long a daemon may take to print its readiness line, in seconds (generous: never a speed test). 15 s
+#: was too little once under CI's heaviest minutes (GlusterFS and Spark tests at once): an mq had not even
+#: printed its settings line (its imports) after 15 s, and one module's 22 tests errored at setup.
+READY_TIMEOUT_SECONDS = 45.0
 #: How long a daemon may take to exit after SIGTERM, in seconds.
 STOP_TIMEOUT_SECONDS = 20.0
 
