@@ -418,6 +418,17 @@ class Broker:
                 woken = await _runtime.wait_for_wake(arrival, remaining)
             check_exists = not woken or self.stopping
 
+    async def receive_state(self, queue: QueueName) -> QueueState:
+        """``queue``'s state as a receive must see it: under ``--processes N`` another worker's sends
+        are indexed first (they are in this worker's inotify queue before their 201, docs/api.md).
+
+        Raises:
+            QueueNotFound: No such queue.
+        """
+        if self.settings.processes > 1 and self.queues.watcher is not None:
+            self.queues.on_watch_events()
+        return await self.queues.queue_state(queue)
+
     async def receive(self, queue: QueueName, args: ReceiveArgs) -> list[ReceivedMessage]:
         """Receive up to ``args.max_messages`` (1-10) messages (SQS ReceiveMessage); [] if none became ready.
 
@@ -432,10 +443,7 @@ class Broker:
             ServerBusy: Too many long polls wait on the queue.
             StorageUnavailable: The receive failed.
         """
-        if self.settings.processes > 1 and self.queues.watcher is not None:
-            # Another worker's send is in this one's inotify queue before its 201 (docs/api.md).
-            self.queues.on_watch_events()
-        state = await self.queues.queue_state(queue)
+        state = await self.receive_state(queue)
         request = args.resolve(queue, state.attrs)
         if request.attempt_id is None:
             return await self._receive_waiting(request)

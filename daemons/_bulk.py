@@ -71,10 +71,7 @@ class BulkLeases:
         """
         if is_fifo_queue(queue):
             raise InvalidRequest("bulk leases are for standard queues, not FIFO queues", queue=queue)
-        broker = self.broker
-        if broker.settings.processes > 1 and broker.queues.watcher is not None:
-            broker.queues.on_watch_events()  # as a receive does: another worker's sends are indexed first
-        state = await broker.queue_state(queue)
+        state = await self.broker.receive_state(queue)
         request = args.resolve(queue, state.attrs)
         # Shielded: a client that disconnects (aiohttp cancels its handler) must not leave leases made
         # without their record; finished, the record lets the client's retry re-let them.
