@@ -1045,6 +1045,11 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _bar(value: float | None, bar: float, **figures: Any) -> dict[str, Any]:
+    """A bar's entry of the summary: ``value`` (a ratio, None if not measured), its figures, ``bar``, ``met``."""
+    return {"value": value, **figures, "bar": bar, "met": value is not None and value >= bar}
+
+
 def _summary(result: dict[str, Any]) -> dict[str, Any]:
     """The headline figures and the bar."""
     http = {k: v["msgs_per_s"] for k, v in result.get("http", {}).items()}
@@ -1069,14 +1074,9 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
         "source_incl_session_startup_over_http_best": _ratio(src.get("msgs_per_s_incl_session_startup") or 0.0, best),
         "source_incl_final_ack_over_http_best": _ratio(src.get("msgs_per_s_incl_final_ack") or 0.0, best),
     }
-    out["bar_source_over_http_receive_delete"] = {
-        "value": value,
-        "source_msgs_per_s": rate,
-        "http_msgs_per_s": best,
-        "http_threads": best_key,
-        "bar": BAR_SOURCE_OVER_HTTP,
-        "met": value is not None and value >= BAR_SOURCE_OVER_HTTP,
-    }
+    out["bar_source_over_http_receive_delete"] = _bar(
+        value, BAR_SOURCE_OVER_HTTP, source_msgs_per_s=rate, http_msgs_per_s=best, http_threads=best_key
+    )
     # The most requests the source has in flight: the executors' bulk leases (2 tasks at once on the
     # two-worker cluster) and the driver's deletes of the previous batch's keys (2): 4 (issue 17, stop 15).
     DRIVER_THREADS = 4  # the name of the figure in earlier results
@@ -1085,39 +1085,27 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
     for part in ("source", "source_prefetch"):
         if part in result and same:
             ratio = _ratio(result[part]["msgs_per_s"], same)
-            out[f"bar_{part}_over_http_same_concurrency"] = {
-                "value": ratio,
-                "http_threads": DRIVER_THREADS,
-                "bar": BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
-                "met": ratio is not None and ratio >= BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
-            }
+            out[f"bar_{part}_over_http_same_concurrency"] = _bar(
+                ratio, BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY, http_threads=DRIVER_THREADS
+            )
     sink_rate = result.get("stream_sink", {}).get("msgs_per_s")
     send_rate = max(prefill_rates, default=None)
     if sink_rate and send_rate:
-        ratio = _ratio(sink_rate, send_rate)
-        out["bar_stream_sink_over_http_send"] = {
-            "value": ratio,
-            "http_send_msgs_per_s": send_rate,
-            "bar": BAR_STREAM_SINK_OVER_HTTP_SEND,
-            "met": ratio is not None and ratio >= BAR_STREAM_SINK_OVER_HTTP_SEND,
-        }
+        out["bar_stream_sink_over_http_send"] = _bar(
+            _ratio(sink_rate, send_rate), BAR_STREAM_SINK_OVER_HTTP_SEND, http_send_msgs_per_s=send_rate
+        )
     if "read_bar" in result:
         ratios = result["read_bar"]["ratio_of_medians"]
         value = min((v for v in ratios.values() if v is not None), default=None)
-        out["bar_read_bar_stream_over_http_receive_delete"] = {
-            "value": value,
-            "ratios_by_http_threads": ratios,
-            "bar": BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
-            "met": value is not None and value >= BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY,
-        }
+        out["bar_read_bar_stream_over_http_receive_delete"] = _bar(
+            value, BAR_SOURCE_OVER_HTTP_SAME_CONCURRENCY, ratios_by_http_threads=ratios
+        )
     if "write_bar" in result:
-        ratio = result["write_bar"]["ratio_of_medians"]
-        out["bar_stream_write_over_http_send_same_concurrency"] = {
-            "value": ratio,
-            "http_send_threads": result["write_bar"]["http_send_threads"],
-            "bar": BAR_STREAM_SINK_OVER_HTTP_SEND,
-            "met": ratio is not None and ratio >= BAR_STREAM_SINK_OVER_HTTP_SEND,
-        }
+        out["bar_stream_write_over_http_send_same_concurrency"] = _bar(
+            result["write_bar"]["ratio_of_medians"],
+            BAR_STREAM_SINK_OVER_HTTP_SEND,
+            http_send_threads=result["write_bar"]["http_send_threads"],
+        )
     if "backlog" in result:
         out["backlog"] = {k: result["backlog"][k] for k in ("messages", "msgs_per_s", "driver_peak_rss_mib")}
     return out
