@@ -18,10 +18,13 @@ commit, not one per message, and none while an earlier delivery is still
 waiting for the loop). Any other job (:meth:`Savers.run`) comes back the same
 way.
 
-Each saver takes one file to write at a time (``new/Q.ID``: create, write,
-fsync), so the files of a batch, and of concurrent sends, are fsynced in
-parallel. The thread that writes a job's last file renames all the job's
-files into place in entry order (a batch is never visible in part out of
+Each saver takes one part of a job at a time and writes its files in order
+(``new/Q.ID``: create, write, fsync each); a batch is cut into as many parts
+as savers are free when it arrives (:meth:`Savers._free`), so at a low rate
+its files are fsynced in parallel, and when every saver is busy one saver
+writes it whole (concurrent jobs' fsyncs overlap instead) and no other saver
+is woken to fight for the GIL. The thread that writes a job's last part
+renames all the job's files into place in entry order (a batch is never visible in part out of
 order), then leaves the job with the directory's group commit
 (:meth:`mqcore.protocol._fs.DirSyncer.sync_later`) and goes back to take
 work: the thread that leads the directory's fsyncs completes every job its
@@ -60,10 +63,11 @@ class SaveJob:
     """
 
     __slots__ = (
+        "bounds",
         "entries",
-        "files_done",
         "future",
         "ids",
+        "parts_done",
         "queue",
         "refused",
         "results",
@@ -86,8 +90,11 @@ class SaveJob:
         self.refused: MQError | None = None
         #: Written files by entry index (None: the write failed).
         self.written: list[PendingMessage | None] = [None] * len(entries)
-        #: Counts the files written (``next`` of an ``itertools.count`` is atomic under the GIL: no lock).
-        self.files_done = itertools.count(1)
+        #: Where the job's parts begin, and its end: part k is entries ``bounds[k]:bounds[k + 1]``, written in
+        #: order by one saver (:meth:`Savers.send` cuts a job into as many parts as savers are free).
+        self.bounds = [0, len(entries)]
+        #: Counts the parts written (``next`` of an ``itertools.count`` is atomic under the GIL: no lock).
+        self.parts_done = itertools.count(1)
         #: Directory fsyncs the job waits for, and a count of those done (as ``files_done``).
         self.syncs = 0
         self.syncs_done = itertools.count(1)
@@ -106,7 +113,7 @@ class _Call:
         self.future = future
 
 
-#: What a saver takes: a file of a send job (the job, the entry's index), a call (index unused), or None (stop).
+#: What a saver takes: a part of a send job (the job, the part's index), a call (index unused), or None (stop).
 _Item = tuple[SaveJob | _Call, int] | None
 
 
@@ -156,8 +163,22 @@ class Savers(Executor):
             RuntimeError: The pool was shut down.
         """
         job = SaveJob(queue, entries, self._bound_loop().create_future())
-        self._put([(job, i) for i in range(len(entries))])
+        parts = min(len(entries), self._free())
+        if parts > 1:
+            job.bounds = [len(entries) * k // parts for k in range(parts + 1)]
+        self._put([(job, k) for k in range(parts)])
         return job.future
+
+    def _free(self) -> int:
+        """How many savers could start on a job now (at least 1): the idle and the not yet started, less queued work.
+
+        A batch is cut into that many parts, each written (create, write, fsync of each file, in
+        order) by one saver: its files' fsyncs overlap when savers are free (one client), and when
+        every saver is busy (many clients: their jobs' fsyncs overlap anyway) one saver writes the
+        whole batch, without waking others that would only take the GIL from each other at every
+        system call (docs/performance.md, "Batches and hand-offs").
+        """
+        return max(1, len(self._idle) + self.workers - len(self._threads) - len(self._work))
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on a saver (loop thread); the future gets its result or exception.
@@ -253,12 +274,12 @@ class Savers(Executor):
                 continue
             if item is None:
                 return
-            job, i = item
+            job, k = item
             if isinstance(job, _Call):
                 self._call(job)
                 continue
             try:
-                self._write(job, i)
+                self._write(job, k)
             except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
                 self._finish(job, exc)
 
@@ -279,27 +300,31 @@ class Savers(Executor):
         else:
             self._delivery_of(future).put((future, ok, result))
 
-    def _write(self, job: SaveJob, i: int) -> None:
-        """Write entry ``i`` of ``job``; the thread writing its last file publishes the job."""
+    def _write(self, job: SaveJob, k: int) -> None:
+        """Write part ``k`` of ``job``, file after file; the thread writing its last part publishes the job."""
         if not job.ids:
             self._open(job)
+        start, stop = job.bounds[k], job.bounds[k + 1]
         if job.refused is not None:
-            job.results[i] = job.refused
+            for i in range(start, stop):
+                job.results[i] = job.refused
         else:
-            entry = job.entries[i]
-            try:
-                job.written[i] = self.store.write_new(
-                    job.queue,
-                    entry.body,
-                    entry.content_type,
-                    entry.attributes,
-                    job.ids[i],
-                    entry.attribute_types,
-                    check_queue=False,  # _open checked the queue once for the job
-                )
-            except MQError as exc:
-                job.results[i] = exc
-        if next(job.files_done) == len(job.entries):
+            write_new, queue, ids, entries = self.store.write_new, job.queue, job.ids, job.entries
+            for i in range(start, stop):
+                entry = entries[i]
+                try:
+                    job.written[i] = write_new(
+                        queue,
+                        entry.body,
+                        entry.content_type,
+                        entry.attributes,
+                        ids[i],
+                        entry.attribute_types,
+                        check_queue=False,  # _open checked the queue once for the job
+                    )
+                except MQError as exc:
+                    job.results[i] = exc
+        if next(job.parts_done) == len(job.bounds) - 1:
             self._publish(job)
 
     def _open(self, job: SaveJob) -> None:
@@ -314,7 +339,7 @@ class Savers(Executor):
                 refused = QueueNotFound(f"queue {job.queue!r} does not exist", queue=job.queue)
         except MQError as exc:  # the stat failed: whether the queue exists is unknown
             refused = exc
-        if len(job.entries) == 1:  # a single send: no other thread takes a file of it
+        if len(job.bounds) == 2:  # one part (a single send): no other thread takes a file of it
             self._take_ids(job, refused)
             return
         with self._lock:
