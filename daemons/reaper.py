@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -246,23 +245,16 @@ class Reaper(WatchedDirDaemon):
             self.metrics.new_dropped.inc(len(swept))
         return swept
 
-    def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError, int]]:
-        """Worker thread: remove each entry; an OSError is returned, not raised.
+    def _reap_batch(self, names: list[str]) -> list[tuple[str, bool | OSError | ValueError, int]]:
+        """Worker thread: remove each entry (:meth:`Store.reap_many`); an error is returned per entry, not raised.
 
         Returns:
             ``(name, removed or the error, size in bytes before the unlink (0 if unknown))`` per entry.
         """
-        out: list[tuple[str, bool | OSError, int]] = []
-        for name in names:
-            try:
-                size = os.lstat(self.store.layout.remove_path(name)).st_size
-            except (OSError, ValueError):
-                size = 0
-            try:
-                out.append((name, self.store.reap(name), size))
-            except OSError as exc:
-                out.append((name, exc, 0))
-        return out
+        try:
+            return self.store.reap_many(names)
+        except OSError as exc:  # remove/ itself could not be opened: every entry gets the error
+            return [(name, exc, 0) for name in names]
 
     def _count_reaped(self, files: int, size: int, queues: int) -> None:
         """Add to the next INFO summary; log it now if the last one is a minute old, else schedule it."""
@@ -317,19 +309,21 @@ class Reaper(WatchedDirDaemon):
             for name in batch:
                 del self._pending[name]
             files = queues = size = 0
+            debug = logger.isEnabledFor(logging.DEBUG)
             for name, result, nbytes in await asyncio.to_thread(self._reap_batch, batch):
-                if isinstance(result, OSError):
+                if result is True and not name.endswith(REMOVED_QUEUE_SUFFIX):  # the usual case first
+                    files += 1
+                    size += nbytes
+                    if debug:
+                        logger.debug("reaped name=%s bytes=%d", name, nbytes)
+                elif isinstance(result, Exception):
                     # Not re-queued (that could spin); the next rescan finds it again.
                     logger.error("reap failed name=%s error=%s (retried at next rescan)", name, result)
                 elif not result:
                     logger.debug("already gone name=%s", name)
-                elif name.endswith(REMOVED_QUEUE_SUFFIX):
+                else:
                     queues += 1
                     logger.info("removed deleted queue directory name=%s", name)
-                else:
-                    files += 1
-                    size += nbytes
-                    logger.debug("reaped name=%s bytes=%d", name, nbytes)
             if files or queues:
                 logger.debug("reaped batch files=%d bytes=%d queues=%d", files, size, queues)
                 self._count_reaped(files, size, queues)

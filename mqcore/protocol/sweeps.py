@@ -170,6 +170,45 @@ class Sweeps(Queues):
         """Names in ``remove/``."""
         return listdir(self.layout.remove)
 
+    def reap_many(self, names: list[str]) -> list[tuple[str, bool | OSError | ValueError, int]]:
+        """:meth:`reap` for each of ``names``, relative to one descriptor of ``remove/``; with each file's size.
+
+        Each file costs one ``fstatat`` (its size, for mq-reaper's byte counts) and one ``unlinkat``
+        relative to ``remove/`` (the kernel does not walk the root's path for each); a directory
+        (a removed queue) goes through :meth:`reap`.
+
+        Returns:
+            Per name, in order: (name, True if removed / False if already gone / the error it met, its
+            size in bytes before the unlink: 0 if unknown or a directory).
+        Raises:
+            OSError: ``remove/`` itself cannot be opened (nothing was removed).
+        """
+        out: list[tuple[str, bool | OSError | ValueError, int]] = []
+        fd = os.open(self.layout.remove, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            stat, unlink = os.stat, os.unlink
+            for name in names:
+                if not name or name in {".", ".."} or "/" in name or "\0" in name:
+                    out.append((name, ValueError(f"not a name inside remove/: {name!r}"), 0))
+                    continue
+                try:
+                    size = stat(name, dir_fd=fd, follow_symlinks=False).st_size
+                except OSError:
+                    size = 0
+                try:
+                    unlink(name, dir_fd=fd)
+                    out.append((name, True, size))
+                except FileNotFoundError:
+                    out.append((name, False, 0))
+                except OSError:  # a directory (EISDIR; EPERM on some systems), or a real error: reap() tells
+                    try:
+                        out.append((name, self.reap(name), 0))
+                    except OSError as exc:
+                        out.append((name, exc, 0))
+        finally:
+            os.close(fd)
+        return out
+
     def reap(self, name: str) -> bool:
         """Unlink ``remove/<name>`` (a removed queue directory is removed whole).
 

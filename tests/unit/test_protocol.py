@@ -29,6 +29,7 @@ from mqcore import model
 from mqcore.errors import InvalidQueueName, MessageNotFound, QueueNotFound, StorageUnavailable
 from mqcore.model import CorruptMessage, ReceivedMessage
 from mqcore.names import (
+    REMOVED_QUEUE_SUFFIX,
     IdGenerator,
     MessageId,
     QueueName,
@@ -589,6 +590,25 @@ def test_reap_never_removes_anything_outside_remove(store: Store, name: str) -> 
         store.reap(name)
     assert os.path.isfile(store.layout.ready_path(Q, mid, 0))
     assert os.path.isdir(store.layout.remove)
+
+
+def test_reap_many_removes_like_reap_and_tells_each_file_size(store: Store) -> None:
+    """mq-reaper's batch: files and a removed queue directory go, sizes come with the files, bad names stay errors."""
+    mid = store.send(Q, b"x" * 100)
+    store.delete(Q, mid)
+    keep = store.send(Q, b"keep")
+    store.delete_queue(Q)
+    names = sorted(store.scan_removed())
+    assert len(names) == 2
+    sizes = {name: os.lstat(os.path.join(store.layout.remove, name)).st_size for name in names}
+    results = store.reap_many([*names, "..", "gone"])
+    assert [(name, removed) for name, removed, _ in results[:2]] == [(name, True) for name in names]
+    for name, _, size in results[:2]:
+        assert size == (0 if name.endswith(REMOVED_QUEUE_SUFFIX) else sizes[name])
+    assert isinstance(results[2][1], ValueError) and results[3][1:] == (False, 0)
+    assert ls(store, "remove") == []
+    assert store.reap_many(names) == [(name, False, 0) for name in names]
+    assert not os.path.exists(store.layout.ready_path(Q, keep, 0))
 
 
 def test_sweep_new_removes_old_files_and_keeps_fresh_ones(store: Store) -> None:
