@@ -19,11 +19,11 @@ waiting for the loop). Any other job (:meth:`Savers.run`) comes back the same
 way.
 
 Each saver takes one part of a job at a time and writes its files in order
-(``new/Q.ID``: create, write, fsync each); a batch is cut into as many parts
-as savers are free when it arrives (:meth:`Savers._free`), so at a low rate
-its files are fsynced in parallel, and when every saver is busy one saver
-writes it whole (concurrent jobs' fsyncs overlap instead) and no other saver
-is woken to fight for the GIL. The thread that writes a job's last part
+(``new/Q.ID``: create, write, fsync each); a batch is a part per file while
+savers are free when it arrives (:meth:`Savers._free`), so at a low rate its
+files are fsynced in parallel, and when the savers are busy one saver writes
+it whole (concurrent jobs' fsyncs overlap instead) and no other saver is
+woken to fight for the GIL. The thread that writes a job's last part
 renames all the job's files into place in entry order (a batch is never visible in part out of
 order), then leaves the job with the directory's group commit
 (:meth:`mqcore.protocol._fs.DirSyncer.sync_later`) and goes back to take
@@ -163,22 +163,22 @@ class Savers(Executor):
             RuntimeError: The pool was shut down.
         """
         job = SaveJob(queue, entries, self._bound_loop().create_future())
-        parts = min(len(entries), self._free())
-        if parts > 1:
-            job.bounds = [len(entries) * k // parts for k in range(parts + 1)]
-        self._put([(job, k) for k in range(parts)])
+        if len(entries) > 1 and self._free() > 1:  # a part per file: the files' fsyncs overlap on the free savers
+            job.bounds = list(range(len(entries) + 1))
+        self._put([(job, k) for k in range(len(job.bounds) - 1)])
         return job.future
 
     def _free(self) -> int:
-        """How many savers could start on a job now (at least 1): the idle and the not yet started, less queued work.
+        """How many savers could start on a job now: the idle and the not yet started, less the work queued.
 
-        A batch is cut into that many parts, each written (create, write, fsync of each file, in
-        order) by one saver: its files' fsyncs overlap when savers are free (one client), and when
-        every saver is busy (many clients: their jobs' fsyncs overlap anyway) one saver writes the
-        whole batch, without waking others that would only take the GIL from each other at every
-        system call (docs/performance.md, "Batches and hand-offs").
+        A batch is one part per file (each file a job of its own saver, their fsyncs in parallel)
+        while at least two savers are free; when at most one is (many clients: the savers are busy
+        with other jobs, whose fsyncs overlap anyway), the batch is one part, written file after
+        file by one saver, without waking others that would only take the GIL from each other at
+        every system call (docs/performance.md, "Batches and hand-offs"). Cutting a batch into as
+        many parts as savers were free measured worse at one client on the real disk.
         """
-        return max(1, len(self._idle) + self.workers - len(self._threads) - len(self._work))
+        return len(self._idle) + self.workers - len(self._threads) - len(self._work)
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on a saver (loop thread); the future gets its result or exception.
