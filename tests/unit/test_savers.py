@@ -43,3 +43,27 @@ async def test_sends_and_calls_share_the_threads_which_start_only_as_work_needs_
     assert saver_threads() == before
     with pytest.raises(RuntimeError, match="after shutdown"):
         savers.submit(print)
+
+
+async def test_batches_sent_while_every_saver_is_busy_are_stored_whole_and_in_order(tmp_path):
+    """Concurrent batches on two savers (most written by one saver each): every entry stored, each batch in order."""
+    store = Store(str(tmp_path / "root"))
+    store.create_queue("q")
+    savers = Savers(store, workers=2)
+    try:
+        batches = [[SendEntry(body=f"b{b}m{i}".encode()) for i in range(10)] for b in range(6)]
+        sends = [savers.send("q", entries) for entries in batches]
+        refused = [savers.send("nope", [SendEntry(body=b"x")] * 3) for _ in range(3)]  # while busy too
+        results = await asyncio.gather(*sends)
+        missing = await asyncio.gather(*refused)
+    finally:
+        savers.shutdown(wait=True)
+    for ids in results:
+        assert all(isinstance(result, str) for result in ids) and ids == sorted(ids)
+    names = os.listdir(tmp_path / "root" / "queues" / "q")
+    on_disk = {name.partition(".")[0] for name in names if not name.startswith(".")}
+    assert on_disk == {result for ids in results for result in ids} and len(on_disk) == 60
+    bodies = {peeked.message_id: peeked.body for peeked in store.peek_ids("q", on_disk)}
+    for entries, ids in zip(batches, results, strict=True):  # each id's file holds its own entry's body
+        assert [bodies[message_id] for message_id in ids] == [entry.body for entry in entries]
+    assert all(isinstance(result, QueueNotFound) for refused in missing for result in refused)
