@@ -91,11 +91,11 @@ class SaveJob:
         #: Written files by entry index (None: the write failed).
         self.written: list[PendingMessage | None] = [None] * len(entries)
         #: Where the job's parts begin, and its end: part k is entries ``bounds[k]:bounds[k + 1]``, written in
-        #: order by one saver (:meth:`Savers.send` cuts a job into as many parts as savers are free).
+        #: order by one saver (:meth:`Savers.send`: a part per file while savers are free, else one part).
         self.bounds = [0, len(entries)]
         #: Counts the parts written (``next`` of an ``itertools.count`` is atomic under the GIL: no lock).
         self.parts_done = itertools.count(1)
-        #: Directory fsyncs the job waits for, and a count of those done (as ``files_done``).
+        #: Directory fsyncs the job waits for, and a count of those done (as ``parts_done``).
         self.syncs = 0
         self.syncs_done = itertools.count(1)
 
