@@ -50,7 +50,7 @@ from typing import Any
 import click
 from aiohttp import web
 
-from daemons import _auth, _bulk, _listen, _processes, _runtime, _watchdog
+from daemons import _auth, _bulk, _fastpath, _listen, _processes, _runtime, _watchdog
 from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
 from daemons._console import add_console_routes
@@ -196,6 +196,7 @@ async def serve(
     await broker.start()
     runner = make_runner(broker, auth)
     await runner.setup()
+    _fastpath.install(runner, broker, auth)  # the hot routes without the router and middlewares (issue 12)
     site = _listen.LimitedSite(
         runner,
         settings.address,

@@ -1,0 +1,151 @@
+"""The three hot routes served without aiohttp's router and middleware chain (issue 12, "a leaner HTTP path").
+
+A single send (``POST /<queue>/messages``), receive (``GET /<queue>/messages``)
+and delete (``DELETE /<queue>/messages/<id>``) are most of what mq serves. Through
+the ``web.Application`` each one resolved its route (a walk of the router's
+index, a match object, the application frozen into it), then ran three
+middlewares as nested coroutines (timing, tokens, errors) before its handler.
+:class:`FastPath` is the handler of aiohttp's low-level server (``web.Server``,
+the one the ``AppRunner`` builds): it looks at the raw request target once, and
+for those three method and path shapes calls the handler's body
+(:func:`daemons._http.send_to`, :func:`~daemons._http.receive_from`,
+:func:`~daemons._http.delete_from`) itself, doing inline, in the same order, what
+the middlewares did: the request's time into ``mq_http_request_duration_seconds``
+(outermost; 499 when the client went away), the ``--auth-file`` token check
+(:func:`daemons._auth.admit`), the JSON error answers
+(:func:`daemons._http.error_answer`).
+
+Every other request goes to the application exactly as before (router,
+middlewares, handlers): any other method or path, and, to keep the router's
+answer the only one for anything unusual, a target with a ``%`` escape, a
+``#``, an empty, ``.`` or ``..`` segment, an absolute-form target, an
+``Expect`` header (the application answers ``100-continue``), and a path under
+a route that does not start with ``/{`` (``/ui``, ``/metrics``: the router
+tries those first). The access log, keep-alive, handler cancellation and the
+parser's JSON errors (``daemons._badrequest``) belong to the connection
+handler, not to the application, so they are the same on both paths.
+
+aiohttp: :func:`install` sets the ``request_handler`` attribute of the runner's
+``web.Server`` (read by each new connection; tests/unit/test_fastpath.py pins
+it) and keeps the application's own handler (``Application._handle``, private)
+as the fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from daemons import _auth
+from daemons._broker import Broker
+from daemons._http import delete_from, error_answer, receive_from, send_to
+
+__all__ = ["DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "install"]
+
+#: The canonical routes of the hot requests (their ``route`` label in ``mq_http_request_duration_seconds``).
+MESSAGES_ROUTE = "/{queue}/messages"
+DELETE_ROUTE = "/{queue}/messages/{message_id}"
+
+_Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+_NOT_SEGMENTS = ("", ".", "..")
+
+
+class FastPath:
+    """The low-level server's request handler: the three hot routes inline, everything else to ``fallback``.
+
+    Args:
+        app: The application (its router's non-``/{...}`` paths are left to it).
+        broker: The daemon's broker.
+        auth: The tokens of ``--auth-file``, or None (no check, as without the auth middleware).
+        fallback: The application's own request handler.
+    """
+
+    def __init__(
+        self, app: web.Application, broker: Broker, auth: _auth.Authenticator | None, fallback: _Handler
+    ) -> None:
+        self._broker = broker
+        self._observe = broker.metrics.times.observe
+        self._auth = auth
+        self._refusals: Counter[str] = broker.refusals
+        self.fallback = fallback
+        #: First path segments the router tries before ``/{queue}...`` (plain and static routes).
+        self._shadowed = frozenset(
+            r.canonical.split("/")[1] for r in app.router.resources() if not r.canonical.startswith("/{")
+        )
+        self._needs = {
+            ("POST", MESSAGES_ROUTE): _auth.requirement("POST", MESSAGES_ROUTE),
+            ("GET", MESSAGES_ROUTE): _auth.requirement("GET", MESSAGES_ROUTE),
+            ("DELETE", DELETE_ROUTE): _auth.requirement("DELETE", DELETE_ROUTE),
+        }
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Serve ``request``: inline when it is a hot route, else through the application."""
+        method = request.method
+        if method != "POST" and method != "GET" and method != "DELETE":
+            return await self.fallback(request)
+        target = request.raw_path
+        path, _, _ = target.partition("?")
+        parts = path.split("/")
+        n = len(parts)
+        if (
+            (n == 3 or (n == 4 and method == "DELETE"))
+            and parts[2] == "messages"
+            and not parts[0]
+            and parts[1] not in _NOT_SEGMENTS
+            and parts[1] not in self._shadowed
+            and "%" not in target
+            and "#" not in target
+            and (n == 3 or parts[3] not in _NOT_SEGMENTS)
+            and "Expect" not in request.headers
+        ):
+            assert isinstance(request, web.Request)  # made by the application's request factory
+            return await self._serve(request, method, parts)
+        return await self.fallback(request)
+
+    async def _serve(self, request: web.Request, method: str, parts: list[str]) -> web.StreamResponse:
+        """What the metrics, auth and errors middlewares and the route's handler did, in that order."""
+        route = MESSAGES_ROUTE if len(parts) == 3 else DELETE_ROUTE
+        started = time.perf_counter()
+        status = 500
+        try:
+            response: web.StreamResponse | None = None
+            if self._auth is not None:
+                response = await _auth.admit(self._auth, self._refusals, request, self._needs[method, route], parts[1])
+            if response is None:
+                try:
+                    if method == "POST":
+                        response = await send_to(request, self._broker, parts[1])
+                    elif method == "GET":
+                        response = await receive_from(request, self._broker, parts[1])
+                    else:
+                        response = await delete_from(request, self._broker, parts[1], parts[3])
+                except Exception as exc:  # noqa: BLE001 -- error_answer logs it or raises it again
+                    response = await error_answer(request, exc)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
+            raise
+        finally:
+            self._observe((route, method, str(status)), time.perf_counter() - started)
+
+
+def install(runner: web.AppRunner, broker: Broker, auth: _auth.Authenticator | None) -> FastPath:
+    """Make :class:`FastPath` the request handler of ``runner``'s server (after ``runner.setup()``).
+
+    Raises:
+        RuntimeError: The runner is not set up (it has no server yet).
+    """
+    server = runner.server
+    if server is None:
+        raise RuntimeError("install the fast path after runner.setup()")
+    fast = FastPath(runner.app, broker, auth, server.request_handler)
+    server.request_handler = fast
+    return fast
