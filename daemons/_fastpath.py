@@ -25,10 +25,10 @@ tries those first). The access log, keep-alive, handler cancellation and the
 parser's JSON errors (``daemons._badrequest``) belong to the connection
 handler, not to the application, so they are the same on both paths.
 
-aiohttp: :func:`install` sets the ``request_handler`` attribute of the runner's
-``web.Server`` (read by each new connection; tests/unit/test_fastpath.py pins
-it) and keeps the application's own handler (``Application._handle``, private)
-as the fallback.
+aiohttp: :class:`FastPathRunner` sets the ``request_handler`` attribute of the
+runner's ``web.Server`` (read by each new connection; tests/integration/test_fastpath.py
+pins it) and keeps the application's own handler (``Application._handle``,
+private) as the fallback.
 """
 
 from __future__ import annotations
@@ -37,14 +37,16 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from daemons import _auth
+from daemons._badrequest import JsonErrorsAppRunner
 from daemons._broker import Broker
 from daemons._http import delete_from, error_answer, receive_from, send_to
 
-__all__ = ["DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "install"]
+__all__ = ["DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "FastPathRunner"]
 
 #: The canonical routes of the hot requests (their ``route`` label in ``mq_http_request_duration_seconds``).
 MESSAGES_ROUTE = "/{queue}/messages"
@@ -137,15 +139,22 @@ class FastPath:
             self._observe((route, method, str(status)), time.perf_counter() - started)
 
 
-def install(runner: web.AppRunner, broker: Broker, auth: _auth.Authenticator | None) -> FastPath:
-    """Make :class:`FastPath` the request handler of ``runner``'s server (after ``runner.setup()``).
+class FastPathRunner(JsonErrorsAppRunner):
+    """The ``AppRunner`` of mq: its server's request handler is a :class:`FastPath` over the application's.
 
-    Raises:
-        RuntimeError: The runner is not set up (it has no server yet).
+    Args:
+        app: The application (``daemons.front.make_app``).
+        broker: The daemon's broker.
+        auth: The tokens of ``--auth-file``, or None.
+        **kwargs: The arguments of ``aiohttp.web.AppRunner``.
     """
-    server = runner.server
-    if server is None:
-        raise RuntimeError("install the fast path after runner.setup()")
-    fast = FastPath(runner.app, broker, auth, server.request_handler)
-    server.request_handler = fast
-    return fast
+
+    def __init__(self, app: web.Application, broker: Broker, auth: _auth.Authenticator | None, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self._broker = broker
+        self._auth = auth
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.request_handler = FastPath(self.app, self._broker, self._auth, server.request_handler)
+        return server

@@ -51,7 +51,6 @@ import click
 from aiohttp import web
 
 from daemons import _auth, _bulk, _fastpath, _listen, _processes, _runtime, _watchdog
-from daemons._badrequest import make_json_errors_runner
 from daemons._broker import Broker
 from daemons._console import add_console_routes
 from daemons._http import (
@@ -149,13 +148,16 @@ def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> web.
 
     Requests whose client disconnects are cancelled (``handler_cancellation``:
     a long poll must not lease messages for a consumer that is gone); header
-    values up to :data:`MAX_HEADER_FIELD_BYTES` are read; a request line or header over aiohttp's
+    values up to :data:`MAX_HEADER_FIELD_BYTES` are read; the single send, receive and delete skip the
+    router and middlewares (``daemons._fastpath``); a request line or header over aiohttp's
     limits gets the JSON error body (``daemons._badrequest``); a connection without a complete
     request header for ``idle_timeout_seconds`` is closed (idle keep-alive or slow headers).
     """
     access_log = logging.getLogger("mq.access") if broker.settings.access_log else None
-    return make_json_errors_runner(
+    return _fastpath.FastPathRunner(
         make_app(broker, auth),
+        broker,
+        auth,
         access_log=access_log,
         handle_signals=False,
         handler_cancellation=True,
@@ -196,7 +198,6 @@ async def serve(
     await broker.start()
     runner = make_runner(broker, auth)
     await runner.setup()
-    _fastpath.install(runner, broker, auth)  # the hot routes without the router and middlewares (issue 12)
     site = _listen.LimitedSite(
         runner,
         settings.address,
