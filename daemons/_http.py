@@ -3,8 +3,11 @@
 Each handler checks its request (path, query parameters, headers, JSON body:
 the strict rules of ``docs/api.md``) with the helpers here, calls one
 :class:`daemons._broker.Broker` method and shapes the answer. Every error
-becomes a status and a JSON body in :func:`errors_middleware`. The routes
-themselves are registered by :func:`daemons.front.make_app`.
+becomes a status and a JSON body in :func:`errors_middleware` (:func:`error_answer`).
+The routes themselves are registered by :func:`daemons.front.make_app`; the
+single send, receive and delete are also called directly, without the router
+and the middlewares, by ``daemons._fastpath`` (:func:`send_to`,
+:func:`receive_from`, :func:`delete_from`).
 """
 
 from __future__ import annotations
