@@ -94,7 +94,7 @@ class FastPath:
         parts = path.split("/")
         n = len(parts)
         if (
-            (n == 3 or (n == 4 and method == "DELETE"))
+            n == (4 if method == "DELETE" else 3)
             and parts[2] == "messages"
             and not parts[0]
             and parts[1] not in _NOT_SEGMENTS

@@ -96,6 +96,8 @@ async def test_hot_routes_skip_the_application_and_answer_as_it_does(tmp_path) -
             ("DELETE", f"/q/messages/{message_id}?receipt_handle=nonsense", None, None),
             ("DELETE", f"/q/messages/{message_id}?other=1", None, None),
             ("PUT", "/q/messages", b"", None),  # 405 from the router, with Allow
+            ("DELETE", "/q/messages", None, None),  # 405 too: a DELETE needs an id
+            ("POST", f"/q/messages/{message_id}", b"x", None),  # and a POST none
         ]
         for method, path, data, headers in cases:
             server.request_handler = fast
