@@ -33,8 +33,6 @@ private) as the fallback.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -45,6 +43,7 @@ from daemons import _auth
 from daemons._badrequest import JsonErrorsAppRunner
 from daemons._broker import Broker
 from daemons._http import delete_from, error_answer, receive_from, send_to
+from daemons._metrics import timed
 
 __all__ = ["DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "FastPathRunner"]
 
@@ -70,7 +69,7 @@ class FastPath:
         self, app: web.Application, broker: Broker, auth: _auth.Authenticator | None, fallback: _Handler
     ) -> None:
         self._broker = broker
-        self._observe = broker.metrics.times.observe
+        self._times = broker.metrics.times
         self._auth = auth
         self._refusals: Counter[str] = broker.refusals
         self.fallback = fallback
@@ -111,32 +110,22 @@ class FastPath:
     async def _serve(self, request: web.Request, method: str, parts: list[str]) -> web.StreamResponse:
         """What the metrics, auth and errors middlewares and the route's handler did, in that order."""
         route = MESSAGES_ROUTE if len(parts) == 3 else DELETE_ROUTE
-        started = time.perf_counter()
-        status = 500
+        return await timed(self._times, route, method, self._answer(request, method, route, parts))
+
+    async def _answer(self, request: web.Request, method: str, route: str, parts: list[str]) -> web.StreamResponse:
+        """The auth check, then the handler with its errors as JSON answers."""
+        if self._auth is not None:
+            refused = await _auth.admit(self._auth, self._refusals, request, self._needs[method, route], parts[1])
+            if refused is not None:
+                return refused
         try:
-            response: web.StreamResponse | None = None
-            if self._auth is not None:
-                response = await _auth.admit(self._auth, self._refusals, request, self._needs[method, route], parts[1])
-            if response is None:
-                try:
-                    if method == "POST":
-                        response = await send_to(request, self._broker, parts[1])
-                    elif method == "GET":
-                        response = await receive_from(request, self._broker, parts[1])
-                    else:
-                        response = await delete_from(request, self._broker, parts[1], parts[3])
-                except Exception as exc:  # noqa: BLE001 -- error_answer logs it or raises it again
-                    response = await error_answer(request, exc)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except asyncio.CancelledError:
-            status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
-            raise
-        finally:
-            self._observe((route, method, str(status)), time.perf_counter() - started)
+            if method == "POST":
+                return await send_to(request, self._broker, parts[1])
+            if method == "GET":
+                return await receive_from(request, self._broker, parts[1])
+            return await delete_from(request, self._broker, parts[1], parts[3])
+        except Exception as exc:  # noqa: BLE001 -- error_answer logs it or raises it again
+            return await error_answer(request, exc)
 
 
 class FastPathRunner(JsonErrorsAppRunner):

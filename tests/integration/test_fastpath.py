@@ -8,38 +8,17 @@ errors included; the other test modules check the behaviour over real daemons.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 from aiohttp import web
+from http_checks import mq_in_process
 
 from daemons._fastpath import FastPath
-from daemons.front import Broker, Settings, make_runner
 
 #: What is compared of two answers besides the status and the body.
 HEADERS = ("Content-Type", "Allow", "Retry-After", "WWW-Authenticate")
-
-
-@contextlib.asynccontextmanager
-async def served(root) -> AsyncIterator[tuple[web.Server, str]]:
-    """The broker on a real socket; yields (the runner's server, base URL)."""
-    broker = Broker(Settings(root=str(root), port=0))
-    await broker.start()
-    runner = make_runner(broker)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        assert runner.server is not None
-        yield runner.server, f"http://{host}:{port}"
-    finally:
-        await broker.begin_stop()
-        await runner.cleanup()
-        await broker.close()
 
 
 async def call(url: str, method: str, path: str, data: bytes | None = None, headers: Any = None) -> tuple:
@@ -55,7 +34,9 @@ async def call(url: str, method: str, path: str, data: bytes | None = None, head
 
 
 async def test_hot_routes_skip_the_application_and_answer_as_it_does(tmp_path) -> None:
-    async with served(tmp_path / "root") as (server, url):
+    async with mq_in_process(tmp_path / "root") as (_, runner, url):
+        server = runner.server
+        assert server is not None
         fast = server.request_handler  # what each new connection of aiohttp's server calls (pinned here)
         assert isinstance(fast, FastPath)
         app_handler = fast.fallback
