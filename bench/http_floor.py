@@ -4,14 +4,17 @@ The same stack as ``mq`` (aiohttp's ``web`` on uvloop, ``handler_cancellation=Tr
 ``--middlewares`` two pass-through middlewares of the shape of mq's metrics and error middlewares),
 loaded by wrk with keep-alive, one connection per thread. What it prints is the server's CPU per
 request from /proc: what every receive and every delete of mq pays before it touches a file
-(docs/performance.md, "Receive side: batches and receive+delete CPU", bar 3).
+(docs/performance.md, "Receive side: batches and receive+delete CPU", bar 3). With ``--low-level``
+the empty answer comes from a handler of aiohttp's low-level server (``web.Server``, no
+``Application``, no router), as mq's hot routes are served (``daemons/_fastpath.py``).
 
-    .venv/bin/python bench/http_floor.py --clients 1,16 --seconds 5 [--middlewares]
+    .venv/bin/python bench/http_floor.py --clients 1,16 --seconds 5 [--middlewares | --low-level]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
@@ -25,7 +28,7 @@ from collections.abc import Awaitable, Callable
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def serve(port: int, middlewares: bool) -> None:
+def serve(port: int, middlewares: bool, low_level: bool = False) -> None:
     """Run the floor server on 127.0.0.1:``port`` until killed (the child process)."""
     import uvloop
     from aiohttp import web
@@ -52,10 +55,23 @@ def serve(port: int, middlewares: bool) -> None:
         except web.HTTPException:
             raise
 
+    uvloop.install()
+    if low_level:
+        asyncio.run(_serve_low_level(port, empty))
+        return
     app = web.Application(middlewares=[timing, errors] if middlewares else [])
     app.router.add_get("/{queue}/messages", empty)
-    uvloop.install()
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, handler_cancellation=True, print=None)
+
+
+async def _serve_low_level(port: int, handler: Callable[..., Awaitable[object]]) -> None:
+    """Serve ``handler`` for every request with aiohttp's low-level server until killed."""
+    from aiohttp import web
+
+    runner = web.ServerRunner(web.Server(handler, handler_cancellation=True), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()
 
 
 def _cpu_s(pid: int) -> float:
@@ -81,10 +97,11 @@ def main() -> int:
     p.add_argument("--clients", default="1,16", help="wrk connections (one per thread), comma-separated")
     p.add_argument("--seconds", type=int, default=5, help="seconds of wrk per client count")
     p.add_argument("--middlewares", action="store_true", help="two pass-through middlewares, as mq has")
+    p.add_argument("--low-level", action="store_true", help="aiohttp's low-level server (web.Server), no Application")
     p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
-        serve(args.serve, args.middlewares)
+        serve(args.serve, args.middlewares, args.low_level)
         return 0
     wrk = shutil.which("wrk")
     if wrk is None:
@@ -93,8 +110,9 @@ def main() -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, __file__, "--serve", str(port)] + (["--middlewares"] if args.middlewares else [])
+    cmd += ["--low-level"] if args.low_level else []
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    out: dict[str, object] = {"middlewares": args.middlewares, "loadavg": os.getloadavg()}
+    out: dict[str, object] = {"middlewares": args.middlewares, "low_level": args.low_level, "loadavg": os.getloadavg()}
     try:
         _wait_listening(port)
         for clients in (int(c) for c in args.clients.split(",")):

@@ -238,24 +238,43 @@ def make_auth_middleware(
         if needed == SQS:
             request[SQS_AUTH_KEY] = (auth, counts)
             return await handler(request)
-        token = bearer(request.headers.get("Authorization"))
-        if token is None:
-            counts["unauthorized"] += 1
-            return _unauthorized("a token is required: Authorization: Bearer <token>", None)
-        grant = await auth.authenticate(token)
-        if grant is None:
-            counts["unauthorized"] += 1
-            logger.warning("unknown token method=%s path=%s peer=%s", request.method, request.path, request.remote)
-            return _unauthorized("the token is not valid", "invalid_token")
-        request[GRANT_KEY] = grant
-        if needed != ANY_TOKEN:
-            queue = match.get("queue")
-            if not grant.allows(needed, queue):
-                counts["forbidden"] += 1
-                return _forbidden(grant, needed, queue)
-        return await handler(request)
+        refused = await admit(auth, counts, request, needed, match.get("queue"))
+        return refused if refused is not None else await handler(request)
 
     return auth_middleware
+
+
+async def admit(
+    auth: Authenticator, counts: Counter[str], request: web.BaseRequest, needed: str, queue: str | None
+) -> web.Response | None:
+    """Check the request's bearer token for ``needed`` on ``queue``: None to go on, or the 401/403 answer.
+
+    What :func:`make_auth_middleware` does for a route that needs a token (``needed`` is ``ANY_TOKEN``,
+    ``ANY_ACTION`` or an action), shared with the hot routes of ``daemons._fastpath``. On success the
+    grant is stored as ``request[GRANT_KEY]``; a refusal adds to ``counts["unauthorized"]`` or
+    ``counts["forbidden"]``.
+
+    Args:
+        auth: The tokens.
+        counts: The refusal counters.
+        request: The request (its ``Authorization`` header).
+        needed: What the route needs (:func:`requirement`).
+        queue: The route's ``{queue}`` as matched (not yet checked as a name), or None.
+    """
+    token = bearer(request.headers.get("Authorization"))
+    if token is None:
+        counts["unauthorized"] += 1
+        return _unauthorized("a token is required: Authorization: Bearer <token>", None)
+    grant = await auth.authenticate(token)
+    if grant is None:
+        counts["unauthorized"] += 1
+        logger.warning("unknown token method=%s path=%s peer=%s", request.method, request.path, request.remote)
+        return _unauthorized("the token is not valid", "invalid_token")
+    request[GRANT_KEY] = grant
+    if needed != ANY_TOKEN and not grant.allows(needed, queue):
+        counts["forbidden"] += 1
+        return _forbidden(grant, needed, queue)
+    return None
 
 
 def _forbidden(grant: Grant, action: str, queue: str | None) -> web.Response:

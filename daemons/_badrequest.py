@@ -8,13 +8,13 @@ traceback. A client's malformed request is not a server error: :class:`JsonError
 answers the documented JSON body instead (``400 invalid_request``, ``docs/api.md`` "Errors") and
 logs one INFO line without a traceback. Errors of the server itself (500) keep aiohttp's handling.
 
-:func:`make_json_errors_runner` builds an ``AppRunner`` whose server creates these handlers.
+:class:`JsonErrorsAppRunner` is an ``AppRunner`` whose server creates these handlers (mq's runner,
+``daemons._fastpath.FastPathRunner``, is one).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMethod, HttpProcessingError
@@ -85,8 +85,3 @@ class JsonErrorsAppRunner(web.AppRunner):
         # The application's server, unchanged except for the class of the handlers it creates.
         server.__class__ = _JsonErrorsServer
         return server
-
-
-def make_json_errors_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
-    """``web.AppRunner(app, **kwargs)`` answering the parser's 4xx errors as mq JSON error bodies."""
-    return JsonErrorsAppRunner(app, **kwargs)

@@ -3,8 +3,11 @@
 Each handler checks its request (path, query parameters, headers, JSON body:
 the strict rules of ``docs/api.md``) with the helpers here, calls one
 :class:`daemons._broker.Broker` method and shapes the answer. Every error
-becomes a status and a JSON body in :func:`errors_middleware`. The routes
-themselves are registered by :func:`daemons.front.make_app`.
+becomes a status and a JSON body in :func:`errors_middleware` (:func:`error_answer`).
+The routes themselves are registered by :func:`daemons.front.make_app`; the
+single send, receive and delete are also called directly, without the router
+and the middlewares, by ``daemons._fastpath`` (:func:`send_to`,
+:func:`receive_from`, :func:`delete_from`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,21 @@ async def errors_middleware(
     """
     try:
         return await handler(request)
+    except Exception as exc:  # noqa: BLE001 -- error_answer logs it or raises it again
+        return await error_answer(request, exc)
+
+
+async def error_answer(request: web.BaseRequest, error: Exception) -> web.StreamResponse:
+    """The answer of :func:`errors_middleware` to ``error`` raised by a handler (also ``daemons._fastpath``'s).
+
+    Call it inside the ``except`` block that caught ``error``.
+
+    Raises:
+        Exception: ``error`` itself when it is not an error answer: an ``HTTPException`` under 400 (a
+            redirect) or a socket's ``OSError`` (the client went away).
+    """
+    try:
+        raise error
     except MQError as exc:
         headers = {}
         retry_after = getattr(exc, "retry_after_seconds", None)
@@ -126,8 +144,11 @@ async def errors_middleware(
         return _json_error(500, "internal_error", "internal error; see the server log")
 
 
-async def read_body(request: web.Request, max_bytes: int) -> bytes:
+async def read_body(request: web.Request, max_bytes: int, broker: Broker | None = None) -> bytes:
     """Read the request body, at most ``max_bytes`` bytes, within the daemon's ``--body-timeout``.
+
+    ``broker``: the daemon's (default ``request.app[BROKER]``; the hot routes of ``daemons._fastpath``
+    pass it, their requests have no matched app).
 
     Raises:
         MessageTooLarge: Content-Length or the bytes received exceed ``max_bytes``.
@@ -135,12 +156,14 @@ async def read_body(request: web.Request, max_bytes: int) -> bytes:
     """
     if request.content.is_eof():  # the whole body has arrived (a small send's usual case): nothing to wait for
         return await _read_body(request, max_bytes)
-    seconds = request.app[BROKER].settings.body_timeout_seconds
+    if broker is None:
+        broker = request.app[BROKER]
+    seconds = broker.settings.body_timeout_seconds
     try:
         async with asyncio.timeout(seconds):
             return await _read_body(request, max_bytes)
     except TimeoutError:
-        request.app[BROKER].refusals["body_timeout"] += 1
+        broker.refusals["body_timeout"] += 1
         logger.warning("body timeout method=%s path=%s peer=%s after %.0f s", request.method, request.path,
                        request.remote, seconds)  # fmt: skip
         raise RequestTimeout(f"the request body did not arrive within {seconds:g} s (--body-timeout)") from None
@@ -310,6 +333,11 @@ async def purge_queue(request: web.Request) -> web.Response:
 
 
 async def send_message(request: web.Request) -> web.Response:
+    """POST /<queue>/messages: :func:`send_to` (the route as the application serves it)."""
+    return await send_to(request, request.app[BROKER], request.match_info["queue"])
+
+
+async def send_to(request: web.Request, broker: Broker, queue_text: str) -> web.Response:
     """POST /<queue>/messages -> 201 + X-Message-Id once the message is durable (SQS SendMessage).
 
     Headers: Content-Type (stored), X-Delay-Seconds (0-900; default the queue's
@@ -317,8 +345,7 @@ async def send_message(request: web.Request) -> web.Response:
     the attributes together must fit the queue's max_message_bytes (413). A full
     queue answers 429 queue_full + Retry-After after capacity_wait_seconds.
     """
-    queue = check_queue_name(request.match_info["queue"])
-    broker = request.app[BROKER]
+    queue = check_queue_name(queue_text)
     state = await broker.queue_state(queue)
     attrs = state.attrs
     delay_text = request.headers.get("X-Delay-Seconds")
@@ -327,7 +354,7 @@ async def send_message(request: web.Request) -> web.Response:
         value = DELAY_SECONDS.from_text(delay_text.strip(), name="X-Delay-Seconds")
         delay = value if value is not None else delay
     message_attributes = parse_message_attributes(request.headers.get("X-Message-Attributes"))
-    body = await read_body(request, attrs.max_message_bytes)
+    body = await read_body(request, attrs.max_message_bytes, broker)
     check_message_size(len(body) + attributes_size(message_attributes), attrs)
     content_type = request.headers.get("Content-Type")
     entry = SendEntry(body, content_type, message_attributes or None, delay * 1000)
@@ -438,6 +465,11 @@ _RECEIVE_PARAMS = (
 
 
 async def receive_message(request: web.Request) -> web.Response:
+    """GET /<queue>/messages: :func:`receive_from` (the route as the application serves it)."""
+    return await receive_from(request, request.app[BROKER], request.match_info["queue"])
+
+
+async def receive_from(request: web.Request, broker: Broker, queue_text: str) -> web.Response:
     """GET /<queue>/messages -> one message raw (200, or 204 if none) or up to 10 as JSON (SQS ReceiveMessage).
 
     Query: max_messages (1-10; selects the JSON form), wait_time_seconds (0-20, long polling;
@@ -449,14 +481,13 @@ async def receive_message(request: web.Request) -> web.Response:
     X-Sent-Timestamp, X-First-Receive-Timestamp, X-Visibility-Deadline (epoch ms),
     X-Message-Attributes (JSON, only if the message has attributes).
     """
-    queue = check_queue_name(request.match_info["queue"])
+    queue = check_queue_name(queue_text)
     if request.query_string:
         args, as_json = receive_args_from_query(query_params(request, _RECEIVE_PARAMS))
     else:  # the usual receive: every default
         args, as_json = ReceiveArgs(), False
-    messages = await request.app[BROKER].receive(queue, args)
+    messages = await broker.receive(queue, args)
     if messages and is_fifo_queue(queue):  # the group ids of messages re-let by an attempt id, from their files
-        broker = request.app[BROKER]
         messages = await broker.run_in(broker.savers, fifo.with_fifo_ids, broker.store, messages)
     if as_json:
         return received_messages_answer([received_json(m, fifo.native_fields(m)) for m in messages])
@@ -535,16 +566,21 @@ def _peeked_json(message: PeekedFile) -> dict[str, Any]:
 
 
 async def delete_message(request: web.Request) -> web.Response:
+    """DELETE /<queue>/messages/<id>: :func:`delete_from` (the route as the application serves it)."""
+    match = request.match_info
+    return await delete_from(request, request.app[BROKER], match["queue"], match["message_id"])
+
+
+async def delete_from(request: web.Request, broker: Broker, queue_text: str, id_text: str) -> web.Response:
     """DELETE /<queue>/messages/<id>[?receipt_handle=H] -> 200 {"message_id", "deleted": true, "was"}.
 
     Without a handle: by id, wherever the message is (SoftLayer); 404 if nowhere; 400 bad id.
     With a handle (SQS DeleteMessage): only if H is the message's latest receive; 410
     stale_receipt_handle (the newer lease is untouched), 400 invalid_receipt_handle, 404.
     """
-    queue = check_queue_name(request.match_info["queue"])
-    message_id = check_message_id(request.match_info["message_id"])
+    queue = check_queue_name(queue_text)
+    message_id = check_message_id(id_text)
     params = query_params(request, ("receipt_handle",))
-    broker = request.app[BROKER]
     if "receipt_handle" in params:
         handle = check_handle(params["receipt_handle"], queue, message_id)
         _, where = await broker.leases.delete_by_handle(queue, handle)

@@ -159,24 +159,41 @@ def metrics_middleware(times: RequestTimes) -> Callable[..., Awaitable[web.Strea
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        started = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        except asyncio.CancelledError:
-            status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
-            raise
-        finally:
-            resource = request.match_info.route.resource
-            route = resource.canonical if resource is not None else "unmatched"
-            times.observe((route, request.method, str(status)), time.perf_counter() - started)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        return await timed(times, route, request.method, handler(request))
 
     return middleware
+
+
+async def timed(
+    times: RequestTimes, route: str, method: str, answer: Awaitable[web.StreamResponse]
+) -> web.StreamResponse:
+    """Await ``answer`` (one request's handling) and count it in ``times`` under (route, method, status).
+
+    The status is the answer's; an ``HTTPException`` raised through it counts under its own status,
+    a client gone (``CancelledError``) as 499, any other exception as 500. Used by
+    :func:`metrics_middleware` and by ``daemons._fastpath`` (the hot routes without middlewares).
+
+    Raises:
+        BaseException: Whatever ``answer`` raises, after counting it.
+    """
+    from aiohttp import web
+
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await answer
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
+        raise
+    finally:
+        times.observe((route, method, str(status)), time.perf_counter() - started)
 
 
 class StorageMetrics:

@@ -27,8 +27,9 @@ and the one redrive task it runs per dead-letter queue.
 
 The code is in these modules, each importing only the ones after it:
 ``front`` (this one, the entry point: settings from the command line, the
-routes, serving), ``daemons._http`` and ``daemons._sqs`` (request parsing, the
-error middleware, the route handlers), ``daemons._broker`` (one method per
+routes, serving), ``daemons._fastpath`` (the single send, receive and delete
+served without the router and middlewares), ``daemons._http`` and
+``daemons._sqs`` (request parsing, the error middleware, the route handlers), ``daemons._broker`` (one method per
 operation; the leases), ``daemons._send`` (sends and capacity waits),
 ``daemons._redrive`` (the redrive tasks) and ``daemons._queues`` (indexes,
 watches, rescans, waiters, fetchers); ``daemons._settings`` holds the checked
@@ -50,8 +51,7 @@ from typing import Any
 import click
 from aiohttp import web
 
-from daemons import _auth, _bulk, _listen, _processes, _runtime, _watchdog
-from daemons._badrequest import make_json_errors_runner
+from daemons import _auth, _bulk, _fastpath, _listen, _processes, _runtime, _watchdog
 from daemons._broker import Broker
 from daemons._console import add_console_routes
 from daemons._http import (
@@ -98,6 +98,13 @@ SHUTDOWN_TIMEOUT_SECONDS = 5.0
 #: send X-Message-Attributes with spaces or \u escapes; below this size the header reaches mq, which
 #: accepts it or answers 400 invalid_attribute with a JSON body, never aiohttp's plain-text 400.
 MAX_HEADER_FIELD_BYTES = 32_768
+#: aiohttp's ``read_bufsize`` for mq, in bytes (aiohttp's default: 65,536): a request body's unread bytes
+#: above twice this pause the socket until the handler has taken them below it. At 64 KiB a 1 MiB send
+#: paused and resumed its socket (two ``epoll_ctl`` calls and their Python) for about every piece
+#: received; at 1 MiB it is read straight through: 11 % less of mq's CPU per 1 MiB send on tmpfs
+#: (docs/performance.md, "Leaner HTTP path"). A connection so holds at most 2 MiB of a body not yet
+#: read, what one send of the largest message (``--max-message-size``, 1 MiB) holds anyway once read.
+READ_BUFFER_BYTES = 1_048_576
 
 
 def make_app(broker: Broker, auth: _auth.Authenticator | None = None) -> web.Application:
@@ -149,18 +156,23 @@ def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> web.
 
     Requests whose client disconnects are cancelled (``handler_cancellation``:
     a long poll must not lease messages for a consumer that is gone); header
-    values up to :data:`MAX_HEADER_FIELD_BYTES` are read; a request line or header over aiohttp's
-    limits gets the JSON error body (``daemons._badrequest``); a connection without a complete
+    values up to :data:`MAX_HEADER_FIELD_BYTES` are read; the single send, receive and delete skip the
+    router and middlewares (``daemons._fastpath``); a request line or header over aiohttp's
+    limits gets the JSON error body (``daemons._badrequest``); a body is buffered up to
+    :data:`READ_BUFFER_BYTES` twice over before its socket pauses; a connection without a complete
     request header for ``idle_timeout_seconds`` is closed (idle keep-alive or slow headers).
     """
     access_log = logging.getLogger("mq.access") if broker.settings.access_log else None
-    return make_json_errors_runner(
+    return _fastpath.FastPathRunner(
         make_app(broker, auth),
+        broker,
+        auth,
         access_log=access_log,
         handle_signals=False,
         handler_cancellation=True,
         max_field_size=MAX_HEADER_FIELD_BYTES,
         keepalive_timeout=broker.settings.idle_timeout_seconds,
+        read_bufsize=READ_BUFFER_BYTES,
     )
 
 

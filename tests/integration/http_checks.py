@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
+
+from daemons.front import Broker, Settings, make_runner
 
 
 def assert_error(reply: Any, status: int, code: str | set[str], context: str = "") -> dict[str, Any]:
@@ -20,3 +25,22 @@ def assert_error(reply: Any, status: int, code: str | set[str], context: str = "
     assert isinstance(body.get("message"), str) and body["message"], f"{context}: no message in {body!r}"
     assert (reply.content_type or "").startswith("application/json"), f"{context}: {reply.content_type}"
     return body
+
+
+@contextlib.asynccontextmanager
+async def mq_in_process(root: Any) -> AsyncIterator[tuple[Broker, web.AppRunner, str]]:
+    """mq's broker served in this process as ``serve()`` serves it (real socket, real files), so that a
+    test can look at what the daemon keeps in memory; yields (broker, runner, base URL)."""
+    broker = Broker(Settings(root=str(root), port=0))
+    await broker.start()
+    runner = make_runner(broker)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield broker, runner, f"http://{host}:{port}"
+    finally:
+        await broker.begin_stop()
+        await runner.cleanup()
+        await broker.close()

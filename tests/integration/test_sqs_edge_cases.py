@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
-from http_checks import assert_error
+from http_checks import assert_error, mq_in_process
 
-from daemons.front import Broker, Settings, make_runner
 from mqcore.names import QueueName
 from mqcore.protocol import Store
 
@@ -240,29 +236,10 @@ async def test_a_message_a_long_poll_took_at_once_is_not_counted_ready_afterward
 # -- the daemon forgets the waiters' signals and the redrive tasks it no longer needs -------------
 
 
-@contextlib.asynccontextmanager
-async def mq_in_process(root) -> AsyncIterator[tuple[Broker, str]]:
-    """mq's broker served in this process as ``serve()`` serves it (real socket, real files), so that a
-    test can look at what the daemon keeps in memory; yields (broker, base URL)."""
-    broker = Broker(Settings(root=str(root), port=0))
-    await broker.start()
-    runner = make_runner(broker)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        yield broker, f"http://{host}:{port}"
-    finally:
-        await broker.begin_stop()
-        await runner.cleanup()
-        await broker.close()
-
-
 async def test_no_signal_or_redrive_task_outlives_its_waiters(tmp_path, http, wait):
     """Defect: the broker kept a long-poll and a capacity signal for every queue ever used, even
     deleted ones, and every redrive task it ever ran: memory grew without bound."""
-    async with mq_in_process(tmp_path / "root") as (broker, url):
+    async with mq_in_process(tmp_path / "root") as (broker, _, url):
 
         async def call(method: str, path: str, data=None, status: int | None = None):
             async with http.request(method, url + path, data=data) as resp:
