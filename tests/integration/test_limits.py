@@ -157,6 +157,9 @@ def test_a_trickled_body_gets_408_json_and_nothing_is_stored(limited: Daemon) ->
         sock.sendall(b"GET /trickle HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         _, stats = _status_and_json(_read_all(sock))
     assert stats["ready"] == 0 and stats["in_flight"] == 0
+    logged = time.monotonic() + BOUND_SECONDS
+    while "body timeout" not in limited.log and time.monotonic() < logged:  # stderr is read by a thread
+        time.sleep(0.05)
     assert "body timeout" in limited.log
 
 
