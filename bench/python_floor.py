@@ -465,6 +465,8 @@ class FloorServer:
             except ProcessLookupError:
                 pass
         self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 class Spare:
