@@ -21,15 +21,17 @@ The file work per request:
 
 Variants (``--send-variants``, ``--receive-variants``):
 
-- ``inline``: all of it on the event loop thread, one request at a time per process;
+- ``inline``: all of it on the event loop thread, one request at a time per process, except the
+  delete's ``unlink``, handed to a reaper thread (mq's unlinks are mq-reaper's, in another process);
 - ``pool``: one hand-off per request to a thread pool that does the request's whole file work,
-  each request with its own directory fsync (the disk loop's work plus HTTP);
+  each request with its own directory fsync (the disk loop's work plus HTTP; a delete is answered
+  after its fsync, before its unlink);
 - ``group``: sends: one hand-off to the pool for the file (create, write, fsync, close, rename), then
   a group commit of the directory fsync across concurrent sends (one syncer thread; a send arriving
   while a round runs waits for the next round; the loop is woken once per round: mq's
   ``DirSyncer.sync_later``). Receive+delete: the receive and the delete's rename on the loop, the
-  fsync of ``remove/`` group-committed the same way, the unlinks batched by the syncer after the
-  answers (mq-reaper's part).
+  fsync of ``remove/`` group-committed the same way, the unlinks handed to the reaper thread after
+  the answers.
 
 With ``--processes N`` each variant also runs as N processes sharing the port (``SO_REUSEPORT``) in
 the 16- and 64-client scenarios (suffix ``_pN``). What it prints is one JSON object: per bar and
@@ -146,16 +148,36 @@ class _Conn(asyncio.Protocol):
         self.buf = data
 
 
+class _Reaper:
+    """mq-reaper's part, off the loop: one thread unlinking the paths handed over, in arrival order."""
+
+    def __init__(self) -> None:
+        self.paths: queue_mod.SimpleQueue[str] = queue_mod.SimpleQueue()
+        threading.Thread(target=self._run, name="floor-reaper", daemon=True).start()
+
+    def add(self, path: str) -> None:
+        self.paths.put(path)
+
+    def _run(self) -> None:
+        get = self.paths.get
+        while True:
+            path = get()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 class _GroupSync:
     """Group commit of one directory's fsync (mq's ``DirSyncer.sync_later`` shape), with its own thread.
 
     :meth:`add` (any thread) queues ``(conn, answer, path_to_unlink_or_None)``; the syncer runs rounds:
     takes everything queued, fsyncs the directory (a round starts after every add it covers), wakes the
-    loop ONCE to answer the round, then unlinks the round's paths (batched, after the answers).
+    loop ONCE to answer the round, then hands the round's paths to the reaper (unlinked after the answers).
     """
 
-    def __init__(self, dfd: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.dfd, self.loop = dfd, loop
+    def __init__(self, dfd: int, loop: asyncio.AbstractEventLoop, reaper: _Reaper | None = None) -> None:
+        self.dfd, self.loop, self.reaper = dfd, loop, reaper
         self.lock = threading.Lock()
         self.pending: list[tuple[_Conn, bytes, str | None]] = []
         self.leading = False
@@ -185,12 +207,10 @@ class _GroupSync:
                 except OSError:
                     ok = False
                 self.loop.call_soon_threadsafe(_answer_round, batch, ok)
-                for _, _, path in batch:
-                    if path is not None:
-                        try:
-                            os.unlink(path)
-                        except OSError:
-                            pass
+                if self.reaper is not None:
+                    for _, _, path in batch:
+                        if path is not None:
+                            self.reaper.add(path)
 
 
 def _answer_round(batch: list[tuple[_Conn, bytes, str | None]], ok: bool) -> None:
@@ -245,7 +265,8 @@ class _Floor:
         self.names = collections.deque(name.encode() for name in names[index::workers])
         self.pool = _Pool(pool_threads, loop) if variant != "inline" else None
         self.send_sync = _GroupSync(self.ready_fd, loop) if variant == "group" else None
-        self.remove_sync = _GroupSync(self.remove_fd, loop) if variant == "group" else None
+        self.reaper = _Reaper() if variant != "pool" else None
+        self.remove_sync = _GroupSync(self.remove_fd, loop, self.reaper) if variant == "group" else None
 
     def handle(self, conn: _Conn, method: bytes, path: bytes, body: bytes) -> bytes | None:
         """The answer of a request done at once (on the loop), or None when handed off (answered later)."""
@@ -321,18 +342,14 @@ class _Floor:
         return b"%s%s\r\nContent-Length: %d\r\n\r\n%s" % (_RECEIVED, msg_id, len(data), data)
 
     def _remove_inline(self, conn: _Conn, msg_id: bytes) -> bytes:
-        """6.5 and 6.7 on the loop: rename into remove/, fsync remove/, the 200 written, unlink."""
+        """6.5 on the loop (rename into remove/, fsync remove/), the unlink (6.7) handed to the reaper thread."""
         name = msg_id.decode()
         removed = f"{self.remove}/{name}"
         os.rename(f"{self.delay}/{name}", removed)
         os.fsync(self.remove_fd)
-        assert conn.transport is not None
-        conn.transport.write(_OK_EMPTY)
-        try:
-            os.unlink(removed)
-        except OSError:
-            pass
-        return b""  # answered above, before the unlink
+        assert self.reaper is not None
+        self.reaper.add(removed)
+        return _OK_EMPTY
 
     def _remove_pooled(self, conn: _Conn, msg_id: bytes) -> None:
         """The same on a pool thread, answering right after the fsync (the unlink comes after the answer)."""
@@ -521,7 +538,7 @@ class FloorBench:
         self.log_dir = root / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.best_per_s: dict[str, float] = {}
-        self.disk_receive_per_s: dict[int, float] = dict(_GUESS_PER_S)
+        self.disk_receive_per_s: dict[int, float] = {}
 
     def variants(self, sc: Scenario) -> list[tuple[str, str, int]]:
         """``(name, variant, workers)`` to measure in ``sc``: each variant, and with ``_pN`` above one client."""
@@ -557,13 +574,15 @@ class FloorBench:
             # keep_files: its files become ready files of the receive scenarios (Spare), deleted only at the end.
             res = disk_loop(self.root / "diskloop", threads=sc.clients, duration_s=self.duration, keep_files=True)
         else:
-            prefill = int(self.disk_receive_per_s[sc.clients] * self.duration * 1.3) + 1000
+            # Sized on the best rate measured so far (a guess before the first): a loop that runs out ends its
+            # window early and still reports its own rate ("exhausted").
+            est = self.disk_receive_per_s.get(sc.clients, _GUESS_PER_S.get(sc.clients, 6_000.0))
+            prefill = int(est * self.duration * 1.3) + 1000
             res = receive_delete_loop(
                 self.root / "diskloop-receive", threads=sc.clients, duration_s=self.duration, prefill=prefill
             )
-            self.disk_receive_per_s[sc.clients] = max(
-                self.disk_receive_per_s[sc.clients], float(str(res["msgs_per_s"]))
-            )
+            rate = float(str(res["msgs_per_s"]))
+            self.disk_receive_per_s[sc.clients] = max(self.disk_receive_per_s.get(sc.clients, 0.0), rate)
         res["cpu"] = meter.stop()
         return res
 
@@ -574,7 +593,7 @@ class FloorBench:
             froot = make_root(self.root / "floor-send" / f"r{rnd + 1}-{sc.key}-{name}")
         else:
             froot = make_root(self.root / "floor-receive" / f"r{rnd + 1}-{sc.key}")
-            est = max(self.best_per_s.get(sc.key, 0.0), self.disk_receive_per_s[sc.clients])
+            est = max(self.best_per_s.get(sc.key, 0.0), self.disk_receive_per_s.get(sc.clients, 0.0))
             need = int(est * self.duration * (1.5 if workers == 1 else 2.5)) + 1000
             out["ready_at_start"] = self.spare.top_up(froot / "queues" / QUEUE, need)
         server = FloorServer(froot, variant, workers, self.args.pool_threads, self.log_dir / "floor-server.log")
