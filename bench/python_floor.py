@@ -5,8 +5,9 @@ the headers and ``Content-Length`` found by hand, keep-alive, preformatted answe
 bench/lua/post.lua and recv_delete.lua parse) that does per request exactly the durable file work of
 mq (docs/protocol.md 6.2, 6.3, 6.5, 6.7) and nothing else: no ids beyond a counter, no JSON, no checks.
 The same wrk scripts as bench/run.py drive it, against the same disk loops (bench/disk_loop.py), in ONE
-run, alternating: per scenario and round the disk loop, every variant of the floor, the disk loop again
-(the reference is the mean of the two), rounds repeated, sends first (all rounds), then
+run, alternating: per scenario and round the disk loop, a variant of the floor, the disk loop, the next
+variant, ..., the disk loop (each variant's reference is the mean of the two disk loops around it; the
+order of the variants rotates from round to round), rounds repeated, sends first (all rounds), then
 receive+delete (whose unlinks would otherwise slow the next creates on this VM's journal-less ext4).
 
 The file work per request:
@@ -541,28 +542,44 @@ class FloorBench:
         self.disk_receive_per_s: dict[int, float] = {}
 
     def variants(self, sc: Scenario) -> list[tuple[str, str, int]]:
-        """``(name, variant, workers)`` to measure in ``sc``: each variant, and with ``_pN`` above one client."""
+        """``(name, variant, workers)`` to measure in ``sc``.
+
+        At one client every chosen variant in one process; above one client the chosen variants also
+        listed in ``--single-process-many`` in one process, and every chosen variant in ``--processes``.
+        """
         chosen = self.args.send_variants if sc.kind == "send" else self.args.receive_variants
-        out = [(v, v, 1) for v in chosen]
-        if sc.clients > 1 and self.args.processes > 1:
+        if sc.clients == 1:
+            return [(v, v, 1) for v in chosen]
+        out = [(v, v, 1) for v in chosen if v in self.args.single_process_many]
+        if self.args.processes > 1:
             out += [(f"{v}_p{self.args.processes}", v, self.args.processes) for v in chosen]
         return out
 
     def scenario(self, sc: Scenario, rnd: int) -> dict[str, Any]:
-        """One round of one scenario: disk loop, the variants (order rotated per round), disk loop."""
+        """One round of one scenario: disk loop, variant, disk loop, variant, ..., disk loop.
+
+        Each variant is compared with the mean of the two disk loops around it (the disk's rate drifts
+        within minutes on this VM); the variants' order is rotated from round to round.
+        """
         variants = self.variants(sc)
         k = rnd % len(variants)
-        row: dict[str, Any] = {"disk_before": self.disk(sc), "floor": {}}
+        disks = [self.disk(sc)]
+        row: dict[str, Any] = {"floor": {}}
         for name, variant, workers in variants[k:] + variants[:k]:
-            row["floor"][name] = self.floor(sc, rnd, name, variant, workers)
-        row["disk_after"] = self.disk(sc)
-        ref = statistics.mean([row["disk_before"]["msgs_per_s"], row["disk_after"]["msgs_per_s"]])
-        row["disk_per_s"] = round(ref, 1)
-        for cell in row["floor"].values():
+            cell = self.floor(sc, rnd, name, variant, workers)
+            disks.append(self.disk(sc))
+            around = [float(disks[-2]["msgs_per_s"]), float(disks[-1]["msgs_per_s"])]
+            ref = statistics.mean(around)
+            cell["disk_loop_per_s"] = round(ref, 1)
+            cell["disk_loop_drift"] = round(max(around) / min(around), 2) if min(around) else None
             cell["over_disk_loop"] = round(cell["per_s"] / ref, 3) if ref else None
+            row["floor"][name] = cell
+        row["disk_loops"] = disks
+        row["disk_per_s"] = round(statistics.median(float(d["msgs_per_s"]) for d in disks), 1)
         log(
-            f"round {rnd + 1} {sc.key}: disk loop {row['disk_before']['msgs_per_s']:,.0f} / "
-            f"{row['disk_after']['msgs_per_s']:,.0f}/s; "
+            f"round {rnd + 1} {sc.key}: disk loops "
+            + " / ".join(f"{float(d['msgs_per_s']):,.0f}" for d in disks)
+            + "/s; "
             + ", ".join(f"{n} {c['per_s']:,.0f}/s ({c['over_disk_loop']}x)" for n, c in row["floor"].items())
         )
         return row
@@ -626,6 +643,10 @@ class FloorBench:
         return out
 
 
+#: Rounds whose two disk loops around a variant differ by at most this factor count as "steady".
+STEADY_DRIFT = 1.5
+
+
 def _ms_per_op(cpu: dict[str, float], key: str, ops: int) -> float | None:
     return round(cpu[key] / 100 * cpu["wall_s"] * 1000 / ops, 3) if ops and key in cpu else None
 
@@ -646,9 +667,13 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for name in rows[0]["floor"]:
             cells = [row["floor"][name] for row in rows if name in row["floor"]]
             ratios = [c["over_disk_loop"] for c in cells]
+            steady = [c["over_disk_loop"] for c in cells if (c["disk_loop_drift"] or 99) <= STEADY_DRIFT]
             variants[name] = {
                 "over_disk_loop_median": _median(ratios),
                 "over_disk_loop_rounds": ratios,
+                "disk_loop_drift_rounds": [c["disk_loop_drift"] for c in cells],
+                "over_disk_loop_median_steady": _median(steady),
+                "steady_rounds": len(steady),
                 "per_s_median": _median([c["per_s"] for c in cells]),
                 "server_cpu_ms_per_op_median": _median([c["server_cpu_ms_per_op"] for c in cells]),
                 "wrk_cpu_ms_per_op_median": _median([c["wrk_cpu_ms_per_op"] for c in cells]),
@@ -658,7 +683,7 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             }
         best = max(variants, key=lambda n: variants[n]["over_disk_loop_median"] or 0.0)
         top = variants[best]["over_disk_loop_median"]
-        disk_rows = [r[k] for r in rows for k in ("disk_before", "disk_after")]
+        disk_rows = [d for r in rows for d in r["disk_loops"]]
         bars[sc.bar_key] = {
             "bar": sc.bar,
             "clients": sc.clients,
@@ -680,7 +705,8 @@ def _table(bars: dict[str, Any]) -> str:
         lines.append(f"{key} (bar {b['bar']}, disk loop {b['disk_loop_per_s_median']}/s): best {b['best_variant']}")
         for name, v in b["variants"].items():
             lines.append(
-                f"  {name:10s} {v['over_disk_loop_median']} {v['over_disk_loop_rounds']} {v['per_s_median']}/s "
+                f"  {name:10s} {v['over_disk_loop_median']} {v['over_disk_loop_rounds']} steady "
+                f"{v['over_disk_loop_median_steady']} ({v['steady_rounds']}) {v['per_s_median']}/s "
                 f"server {v['server_cpu_ms_per_op_median']} wrk {v['wrk_cpu_ms_per_op_median']}"
             )
     return "\n".join(lines)
@@ -701,6 +727,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--processes", type=int, default=2, help="also run each variant as N processes at 16/64 clients (1: never)"
     )
+    p.add_argument(
+        "--single-process-many",
+        default="pool,group",
+        help="variants also run in ONE process at 16/64 clients (default pool,group; inline there is one "
+        "fsync at a time, the 1-thread disk loop's rate)",
+    )
     p.add_argument("--pool-threads", type=int, default=64, help="threads per server process (default 64)")
     p.add_argument("--keep-root", action="store_true", help="leave the root in place (default: removed at the end)")
     p.add_argument("--output", help="also write the JSON here")
@@ -712,7 +744,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for attr in ("send_variants", "receive_variants"):
+    for attr in ("send_variants", "receive_variants", "single_process_many"):
         value = [v for v in getattr(args, attr).split(",") if v]
         if set(value) - set(VARIANTS):
             p.error(f"--{attr.replace('_', '-')}: choose among {','.join(VARIANTS)}")
@@ -749,6 +781,8 @@ def main(argv: list[str] | None = None) -> int:
             "send_variants": args.send_variants,
             "receive_variants": args.receive_variants,
             "processes": args.processes,
+            "single_process_many": args.single_process_many,
+            "steady_drift": STEADY_DRIFT,
             "pool_threads": args.pool_threads,
             "body_bytes": BODY_BYTES,
             "load_generator": "wrk + bench/lua/post.lua (2 threads) and recv_delete.lua (one connection per thread)",
