@@ -62,7 +62,7 @@ def assert_json_400(status: int, headers: dict[str, str], body: bytes) -> dict:
     return answer
 
 
-async def test_over_limit_request_line_and_header_answer_json_and_log_no_error(stack, queue):
+async def test_over_limit_request_line_and_header_answer_json_and_log_no_error(stack, queue, wait):
     long_url = f"/{queue}{'a' * 60_000}/messages"
     answer = assert_json_400(*raw_request(stack.url, f"GET {long_url} HTTP/1.1\r\nHost: x\r\n\r\n".encode()))
     assert "a" * 150 not in answer["message"]  # the 60,000 characters are not echoed back
@@ -71,6 +71,7 @@ async def test_over_limit_request_line_and_header_answer_json_and_log_no_error(s
     bad_line = b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"
     assert_json_400(*raw_request(stack.url, bad_line))
     # A client's bad request is not a server error: one INFO line, no ERROR, no traceback.
+    await wait(lambda: "bad HTTP request" in stack.mq.log, message=stack.mq.log_tail)  # stderr is read by a thread
     log = stack.mq.log
     assert "bad HTTP request" in log
     assert " ERROR " not in log and "Traceback" not in log, stack.mq.log_tail()

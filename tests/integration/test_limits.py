@@ -90,7 +90,10 @@ def test_connections_over_the_limit_get_503_json_and_are_closed(daemons: Daemons
             pass
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert "connection refused: 3 open (--max-connections)" in mq.log
+    refused, line = time.monotonic() + BOUND_SECONDS, "connection refused: 3 open (--max-connections)"
+    while line not in mq.log and time.monotonic() < refused:  # stderr is read by a thread
+        time.sleep(0.05)
+    assert line in mq.log
     sock = _connect(mq.url)
     with sock:
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

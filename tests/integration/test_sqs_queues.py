@@ -356,7 +356,7 @@ async def test_redrive_rate_conflict_cancel_destination_and_skips(stack, queue):
     assert set(ids).isdisjoint(m["message_id"] for m in messages)  # a redrive gives each a new id
 
 
-async def test_redrive_cancelled_through_another_daemon_stops(stack, queue, daemons, http):
+async def test_redrive_cancelled_through_another_daemon_stops(stack, queue, daemons, http, wait):
     dlq, dest = f"{queue[:60]}-dlq", f"{queue[:60]}-dest"
     for name in (dlq, dest):
         await stack.create_queue(name)
@@ -376,7 +376,7 @@ async def test_redrive_cancelled_through_another_daemon_stops(stack, queue, daem
     stopped = (await stack.request("GET", f"/{dlq}/redrive")).json["task"]
     assert stopped == final and stopped["state"] == "cancelled", (final, stopped)
     assert 1 <= stopped["moved"] < 6 and (await stats(stack, dest))["ready"] == stopped["moved"]
-    assert "redrive cancelled" in stack.mq.log
+    await wait(lambda: "redrive cancelled" in stack.mq.log, message=stack.mq.log_tail)  # stderr is read by a thread
 
 
 async def test_a_running_redrive_not_updated_for_10_s_is_reported_failed(stack, queue):
