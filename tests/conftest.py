@@ -140,13 +140,16 @@ class Daemon:
             self._settled.wait(min(0.5, max(0.0, deadline - time.monotonic())))
             if self._ready.is_set():
                 break
-            if self._settled.is_set():  # its stderr ended: the process is exiting
+            # The readiness line sets _ready and then _settled: a line read just after the check above
+            # leaves both set, which is a start, not an end of stderr.
+            ended = self._settled.is_set() and not self._ready.is_set()
+            if ended:  # its stderr ended: the process is exiting
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(5)
             if self.proc.poll() is not None:
                 self._reader.join(5)
                 raise DaemonError(f"{self.name} exited with {self.proc.returncode} before ready\n{self.log}")
-            if self._settled.is_set():
+            if ended:
                 raise DaemonError(f"{self.name} closed its stderr before ready\n{self.log}")
             if time.monotonic() > deadline:
                 raise DaemonError(f"{self.name} not ready after {timeout} s\n{self.log}")
