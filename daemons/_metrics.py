@@ -178,19 +178,20 @@ async def timed(
     Raises:
         BaseException: Whatever ``answer`` raises, after counting it.
     """
-    from aiohttp import web
-
     started = time.perf_counter()
     status = 500
     try:
         response = await answer
         status = response.status
         return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
     except asyncio.CancelledError:
         status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
+        raise
+    except Exception as exc:
+        from aiohttp import web  # only on this path: not an import per request (mq-reaper imports no aiohttp)
+
+        if isinstance(exc, web.HTTPException):
+            status = exc.status
         raise
     finally:
         times.observe((route, method, str(status)), time.perf_counter() - started)

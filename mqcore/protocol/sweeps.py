@@ -188,8 +188,10 @@ class Sweeps(Queues):
         try:
             stat, unlink = os.stat, os.unlink
             for name in names:
-                if not name or name in {".", ".."} or "/" in name or "\0" in name:
-                    out.append((name, ValueError(f"not a name inside remove/: {name!r}"), 0))
+                try:
+                    _check_remove_name(name)
+                except ValueError as exc:
+                    out.append((name, exc, 0))
                     continue
                 try:
                     size = stat(name, dir_fd=fd, follow_symlinks=False).st_size
@@ -218,8 +220,7 @@ class Sweeps(Queues):
             ValueError: ``name`` is empty, ``.``, ``..`` or has a ``/`` (it
                 would address something outside ``remove/``).
         """
-        if not name or name in {".", ".."} or "/" in name or "\0" in name:
-            raise ValueError(f"not a name inside remove/: {name!r}")
+        _check_remove_name(name)
         path = self.layout.remove_path(name)
         try:
             os.unlink(path)
@@ -233,3 +234,13 @@ class Sweeps(Queues):
                 raise
         shutil.rmtree(path, ignore_errors=True)
         return True
+
+
+def _check_remove_name(name: str) -> None:
+    """Refuse a name that would address something outside ``remove/`` (:meth:`Sweeps.reap`, ``reap_many``).
+
+    Raises:
+        ValueError: ``name`` is empty, ``.``, ``..``, or has a ``/`` or a NUL.
+    """
+    if not name or name in {".", ".."} or "/" in name or "\0" in name:
+        raise ValueError(f"not a name inside remove/: {name!r}")
