@@ -250,9 +250,8 @@ async def admit(
     """Check the request's bearer token for ``needed`` on ``queue``: None to go on, or the 401/403 answer.
 
     What :func:`make_auth_middleware` does for a route that needs a token (``needed`` is ``ANY_TOKEN``,
-    ``ANY_ACTION`` or an action), shared with the hot routes of ``daemons._fastpath``. On success the
-    grant is stored as ``request[GRANT_KEY]``; a refusal adds to ``counts["unauthorized"]`` or
-    ``counts["forbidden"]``.
+    ``ANY_ACTION`` or an action), shared with the hot routes of ``daemons._fastpath``
+    (:func:`admit_token`). On success the grant is stored as ``request[GRANT_KEY]``.
 
     Args:
         auth: The tokens.
@@ -261,20 +260,46 @@ async def admit(
         needed: What the route needs (:func:`requirement`).
         queue: The route's ``{queue}`` as matched (not yet checked as a name), or None.
     """
-    token = bearer(request.headers.get("Authorization"))
+    where = (request.method, request.path, request.remote)
+    grant, refused = await admit_token(auth, counts, request.headers.get("Authorization"), needed, queue, where)
+    if grant is not None:
+        request[GRANT_KEY] = grant
+    return refused
+
+
+async def admit_token(
+    auth: Authenticator,
+    counts: Counter[str],
+    authorization: str | None,
+    needed: str,
+    queue: str | None,
+    where: tuple[str, str, str | None],
+) -> tuple[Grant | None, web.Response | None]:
+    """The token check of :func:`admit` on an ``Authorization`` header (also ``daemons._wire``'s).
+
+    Args:
+        auth: The tokens.
+        counts: The refusal counters: a refusal adds to ``counts["unauthorized"]`` or ``counts["forbidden"]``.
+        authorization: The request's ``Authorization`` header, or None.
+        needed: What the route needs (:func:`requirement`).
+        queue: The route's ``{queue}`` as matched (not yet checked as a name), or None.
+        where: The request's method, path and peer address (for the log line of an unknown token).
+    Returns:
+        (the token's grant or None, None to go on or the 401/403 answer).
+    """
+    token = bearer(authorization)
     if token is None:
         counts["unauthorized"] += 1
-        return _unauthorized("a token is required: Authorization: Bearer <token>", None)
+        return None, _unauthorized("a token is required: Authorization: Bearer <token>", None)
     grant = await auth.authenticate(token)
     if grant is None:
         counts["unauthorized"] += 1
-        logger.warning("unknown token method=%s path=%s peer=%s", request.method, request.path, request.remote)
-        return _unauthorized("the token is not valid", "invalid_token")
-    request[GRANT_KEY] = grant
+        logger.warning("unknown token method=%s path=%s peer=%s", *where)
+        return None, _unauthorized("the token is not valid", "invalid_token")
     if needed != ANY_TOKEN and not grant.allows(needed, queue):
         counts["forbidden"] += 1
-        return _forbidden(grant, needed, queue)
-    return None
+        return grant, _forbidden(grant, needed, queue)
+    return grant, None
 
 
 def _forbidden(grant: Grant, action: str, queue: str | None) -> web.Response:

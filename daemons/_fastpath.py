@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -44,6 +44,9 @@ from daemons._badrequest import JsonErrorsAppRunner
 from daemons._broker import Broker
 from daemons._http import delete_from, error_answer, receive_from, send_to
 from daemons._metrics import timed
+
+if TYPE_CHECKING:
+    from daemons._wire import Wire
 
 __all__ = ["DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "FastPathRunner"]
 
@@ -77,7 +80,8 @@ class FastPath:
         self._shadowed = frozenset(
             r.canonical.split("/")[1] for r in app.router.resources() if not r.canonical.startswith("/{")
         )
-        self._needs = {
+        #: What each hot route's token must allow (``daemons._auth.requirement``), by (method, route).
+        self.needs = {
             ("POST", MESSAGES_ROUTE): _auth.requirement("POST", MESSAGES_ROUTE),
             ("GET", MESSAGES_ROUTE): _auth.requirement("GET", MESSAGES_ROUTE),
             ("DELETE", DELETE_ROUTE): _auth.requirement("DELETE", DELETE_ROUTE),
@@ -86,9 +90,25 @@ class FastPath:
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         """Serve ``request``: inline when it is a hot route, else through the application."""
         method = request.method
+        parts = self.hot_parts(method, request.raw_path)
+        if parts is not None and "Expect" not in request.headers:
+            assert isinstance(request, web.Request)  # made by the application's request factory
+            return await self._serve(request, method, parts)
+        return await self.fallback(request)
+
+    def hot_parts(self, method: str, target: str) -> list[str] | None:
+        """The path segments of a hot route's request (``["", queue, "messages"(, id)]``), else None.
+
+        Args:
+            method: The request's method.
+            target: The request target as sent (origin form, query included).
+        Returns:
+            None for any other method or path, and for a target the router must see: a ``%``
+            escape, a ``#``, an empty, ``.`` or ``..`` segment, a path under a route that is not
+            ``/{...}`` (``/ui``, ``/metrics``).
+        """
         if method != "POST" and method != "GET" and method != "DELETE":
-            return await self.fallback(request)
-        target = request.raw_path
+            return None
         path, _, _ = target.partition("?")
         parts = path.split("/")
         n = len(parts)
@@ -101,11 +121,9 @@ class FastPath:
             and "%" not in target
             and "#" not in target
             and (n == 3 or parts[3] not in _NOT_SEGMENTS)
-            and "Expect" not in request.headers
         ):
-            assert isinstance(request, web.Request)  # made by the application's request factory
-            return await self._serve(request, method, parts)
-        return await self.fallback(request)
+            return parts
+        return None
 
     async def _serve(self, request: web.Request, method: str, parts: list[str]) -> web.StreamResponse:
         """What the metrics, auth and errors middlewares and the route's handler did, in that order."""
@@ -115,7 +133,7 @@ class FastPath:
     async def _answer(self, request: web.Request, method: str, route: str, parts: list[str]) -> web.StreamResponse:
         """The auth check, then the handler with its errors as JSON answers."""
         if self._auth is not None:
-            refused = await _auth.admit(self._auth, self._refusals, request, self._needs[method, route], parts[1])
+            refused = await _auth.admit(self._auth, self._refusals, request, self.needs[method, route], parts[1])
             if refused is not None:
                 return refused
         try:
@@ -142,8 +160,16 @@ class FastPathRunner(JsonErrorsAppRunner):
         super().__init__(app, **kwargs)
         self._broker = broker
         self._auth = auth
+        self._own_connections = kwargs.get("access_log", True) is None  # an access log is aiohttp's
+        #: The protocol factory of mq's own connections (``daemons._wire``) once set up; None with an access log.
+        self.wire: Wire | None = None
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        server.request_handler = FastPath(self.app, self._broker, self._auth, server.request_handler)
+        fast = FastPath(self.app, self._broker, self._auth, server.request_handler)
+        server.request_handler = fast
+        if self._own_connections:
+            from daemons._wire import Wire  # here: _wire imports this module
+
+            self.wire = Wire(server, fast, self._broker, self._auth)
         return server

@@ -17,11 +17,12 @@ import base64
 import binascii
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from daemons import _auth
 from daemons._answers import batch_ids_answer, received_json, received_messages_answer
@@ -98,7 +99,31 @@ async def errors_middleware(
 async def error_answer(request: web.BaseRequest, error: Exception) -> web.StreamResponse:
     """The answer of :func:`errors_middleware` to ``error`` raised by a handler (also ``daemons._fastpath``'s).
 
-    Call it inside the ``except`` block that caught ``error``.
+    :func:`error_response`'s answer; a 408 is sent at once and the connection cut (the rest of the body is
+    never waited for).
+
+    Raises:
+        Exception: ``error`` itself when it is not an error answer (see :func:`error_response`).
+    """
+    response = error_response(error, request.method, request.path)
+    if isinstance(error, RequestTimeout):  # answer, then cut the connection: never wait for the rest of the body
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        transport = request.transport
+        if transport is not None:  # FIN now (the client reads the 408), the socket closed a moment later
+            if transport.can_write_eof():
+                transport.write_eof()
+            asyncio.get_running_loop().call_later(1.0, transport.close)
+    return response
+
+
+def error_response(error: Exception, method: str, path: str) -> web.Response:
+    """The status and JSON body ``{"error": code, "message": ...}`` of ``error`` raised by a handler.
+
+    Shared by :func:`error_answer` (aiohttp) and ``daemons._wire`` (the hot routes' own connections).
+    A storage error is logged (``method`` and ``path``, the request's, name it), an unexpected one with its
+    traceback (500).
 
     Raises:
         Exception: ``error`` itself when it is not an error answer: an ``HTTPException`` under 400 (a
@@ -112,18 +137,8 @@ async def error_answer(request: web.BaseRequest, error: Exception) -> web.Stream
         if retry_after is not None:
             headers["Retry-After"] = str(retry_after)
         if isinstance(exc, StorageUnavailable):
-            logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
-        response = web.json_response(exc.to_json(), status=exc.status, headers=headers)
-        if isinstance(exc, RequestTimeout):  # answer, then cut the connection: never wait for the rest of the body
-            response.force_close()
-            await response.prepare(request)
-            await response.write_eof()
-            transport = request.transport
-            if transport is not None:  # FIN now (the client reads the 408), the socket closed a moment later
-                if transport.can_write_eof():
-                    transport.write_eof()
-                asyncio.get_running_loop().call_later(1.0, transport.close)
-        return response
+            logger.error("storage unavailable method=%s path=%s error=%s", method, path, exc)
+        return web.json_response(exc.to_json(), status=exc.status, headers=headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -135,12 +150,12 @@ async def error_answer(request: web.BaseRequest, error: Exception) -> web.Stream
             raise
         # A filesystem error that no transition turned into StorageUnavailable (e.g. a listing on a lost FUSE
         # mount, ENOTCONN): the storage is unavailable, the server is not broken (docs/cluster.md).
-        logger.error("storage unavailable method=%s path=%s error=%s", request.method, request.path, exc)
+        logger.error("storage unavailable method=%s path=%s error=%s", method, path, exc)
         unavailable = StorageUnavailable(f"storage unavailable: {exc.strerror or exc}")
         headers = {"Retry-After": str(unavailable.retry_after_seconds)}
         return web.json_response(unavailable.to_json(), status=unavailable.status, headers=headers)
     except Exception:
-        logger.exception("internal error method=%s path=%s", request.method, request.path)
+        logger.exception("internal error method=%s path=%s", method, path)
         return _json_error(500, "internal_error", "internal error; see the server log")
 
 
@@ -163,10 +178,15 @@ async def read_body(request: web.Request, max_bytes: int, broker: Broker | None 
         async with asyncio.timeout(seconds):
             return await _read_body(request, max_bytes)
     except TimeoutError:
-        broker.refusals["body_timeout"] += 1
-        logger.warning("body timeout method=%s path=%s peer=%s after %.0f s", request.method, request.path,
-                       request.remote, seconds)  # fmt: skip
-        raise RequestTimeout(f"the request body did not arrive within {seconds:g} s (--body-timeout)") from None
+        raise body_timed_out(broker, request.method, request.path, request.remote) from None
+
+
+def body_timed_out(broker: Broker, method: str, path: str, peer: str | None) -> RequestTimeout:
+    """Count and log a body slower than ``--body-timeout``; the 408 error to raise (aiohttp's and ``_wire``'s)."""
+    seconds = broker.settings.body_timeout_seconds
+    broker.refusals["body_timeout"] += 1
+    logger.warning("body timeout method=%s path=%s peer=%s after %.0f s", method, path, peer, seconds)
+    return RequestTimeout(f"the request body did not arrive within {seconds:g} s (--body-timeout)")
 
 
 async def _read_body(request: web.Request, max_bytes: int) -> bytes:
@@ -345,31 +365,48 @@ async def send_to(request: web.Request, broker: Broker, queue_text: str) -> web.
     the attributes together must fit the queue's max_message_bytes (413). A full
     queue answers 429 queue_full + Retry-After after capacity_wait_seconds.
     """
+    message_id = await send_of(broker, queue_text, request.headers, lambda limit: read_body(request, limit, broker))
+    return web.Response(
+        status=201, body=sent_body(message_id), content_type="application/json", headers={"X-Message-Id": message_id}
+    )
+
+
+async def send_of(
+    broker: Broker, queue_text: str, headers: Mapping[str, str], read: Callable[[int], Awaitable[bytes]]
+) -> str:
+    """The work of :func:`send_to` (also ``daemons._wire``'s): check the request, store the message, its id.
+
+    Args:
+        broker: The daemon's broker.
+        queue_text: The path's queue segment (not yet checked).
+        headers: The request's headers, looked up by their lower-case names (aiohttp's are case-insensitive).
+        read: Reads the body, at most its argument's bytes (raises MessageTooLarge, RequestTimeout).
+    Raises:
+        MQError: Whatever :func:`send_to` answers as an error (400, 404, 413, 429, 503...).
+    """
     queue = check_queue_name(queue_text)
     state = await broker.queue_state(queue)
     attrs = state.attrs
-    delay_text = request.headers.get("X-Delay-Seconds")
+    delay_text = headers.get("x-delay-seconds")
     delay = attrs.delay_seconds
     if delay_text is not None:
         value = DELAY_SECONDS.from_text(delay_text.strip(), name="X-Delay-Seconds")
         delay = value if value is not None else delay
-    message_attributes = parse_message_attributes(request.headers.get("X-Message-Attributes"))
-    body = await read_body(request, attrs.max_message_bytes, broker)
+    message_attributes = parse_message_attributes(headers.get("x-message-attributes"))
+    body = await read(attrs.max_message_bytes)
     check_message_size(len(body) + attributes_size(message_attributes), attrs)
-    content_type = request.headers.get("Content-Type")
-    entry = SendEntry(body, content_type, message_attributes or None, delay * 1000)
-    if "X-Message-Group-Id" in request.headers or "X-Message-Deduplication-Id" in request.headers:  # FIFO queues
+    entry = SendEntry(body, headers.get("content-type"), message_attributes or None, delay * 1000)
+    if "x-message-group-id" in headers or "x-message-deduplication-id" in headers:  # FIFO queues
         group, dedup = fifo.fifo_fields(
-            queue, request.headers.get("X-Message-Group-Id"), request.headers.get("X-Message-Deduplication-Id")
+            queue, headers.get("x-message-group-id"), headers.get("x-message-deduplication-id")
         )
         entry = replace(entry, group_id=group, dedup_id=dedup)
-    message_id = await broker.sender.send(queue, entry)
-    return web.Response(
-        status=201,
-        body=b'{"message_id": "%s"}' % message_id.encode(),
-        content_type="application/json",
-        headers={"X-Message-Id": message_id},
-    )
+    return await broker.sender.send(queue, entry)
+
+
+def sent_body(message_id: str) -> bytes:
+    """The body of a send's 201: ``{"message_id": "<id>"}`` (json.dumps of it, preformatted: an id is a UUID)."""
+    return b'{"message_id": "%s"}' % message_id.encode()
 
 
 _SEND_ENTRY_KEYS = (
@@ -481,19 +518,44 @@ async def receive_from(request: web.Request, broker: Broker, queue_text: str) ->
     X-Sent-Timestamp, X-First-Receive-Timestamp, X-Visibility-Deadline (epoch ms),
     X-Message-Attributes (JSON, only if the message has attributes).
     """
+    messages, json_answer = await receive_of(broker, queue_text, request.query if request.query_string else None)
+    if json_answer is not None:
+        return json_answer
+    if not messages:
+        return web.Response(status=204)
+    return web.Response(body=messages[0].body, headers=received_headers(messages[0]))
+
+
+async def receive_of(
+    broker: Broker, queue_text: str, query: MultiMapping[str] | None
+) -> tuple[list[ReceivedMessage], web.Response | None]:
+    """The work of :func:`receive_from` (also ``daemons._wire``'s): the messages received, or the JSON answer.
+
+    Args:
+        broker: The daemon's broker.
+        queue_text: The path's queue segment (not yet checked).
+        query: The query's parameters, or None without a query string.
+    Returns:
+        The messages leased (raw form: at most one) and None, or ([], the JSON form's answer) with
+        ``max_messages``.
+    Raises:
+        MQError: Whatever :func:`receive_from` answers as an error (400, 404, 503...).
+    """
     queue = check_queue_name(queue_text)
-    if request.query_string:
-        args, as_json = receive_args_from_query(query_params(request, _RECEIVE_PARAMS))
+    if query is not None:
+        args, as_json = receive_args_from_query(query_params(query, _RECEIVE_PARAMS))
     else:  # the usual receive: every default
         args, as_json = ReceiveArgs(), False
     messages = await broker.receive(queue, args)
     if messages and is_fifo_queue(queue):  # the group ids of messages re-let by an attempt id, from their files
         messages = await broker.run_in(broker.savers, fifo.with_fifo_ids, broker.store, messages)
     if as_json:
-        return received_messages_answer([received_json(m, fifo.native_fields(m)) for m in messages])
-    if not messages:
-        return web.Response(status=204)
-    message = messages[0]
+        return [], received_messages_answer([received_json(m, fifo.native_fields(m)) for m in messages])
+    return messages, None
+
+
+def received_headers(message: ReceivedMessage) -> dict[str, str]:
+    """The headers of a raw receive's 200 (its body is the message's), in the order they are sent."""
     headers = {
         "Content-Type": message.content_type,
         "X-Message-Id": message.message_id,
@@ -506,7 +568,7 @@ async def receive_from(request: web.Request, broker: Broker, queue_text: str) ->
     if message.attributes:
         headers["X-Message-Attributes"] = json.dumps(message.attributes, separators=(",", ":"), ensure_ascii=True)
     headers.update({fifo.NATIVE_HEADERS[k]: v for k, v in fifo.native_fields(message).items()})
-    return web.Response(body=message.body, headers=headers)
+    return headers
 
 
 async def peek_messages(request: web.Request) -> web.Response:
@@ -578,18 +640,31 @@ async def delete_from(request: web.Request, broker: Broker, queue_text: str, id_
     With a handle (SQS DeleteMessage): only if H is the message's latest receive; 410
     stale_receipt_handle (the newer lease is untouched), 400 invalid_receipt_handle, 404.
     """
+    body = await delete_of(broker, queue_text, id_text, request.query if request.query_string else None)
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
+
+
+async def delete_of(broker: Broker, queue_text: str, id_text: str, query: MultiMapping[str] | None) -> bytes:
+    """The work of :func:`delete_from` (also ``daemons._wire``'s): delete the message, the answer's JSON body.
+
+    Args:
+        broker: The daemon's broker.
+        queue_text: The path's queue segment (not yet checked).
+        id_text: The path's message id segment (not yet checked).
+        query: The query's parameters, or None without a query string.
+    Raises:
+        MQError: Whatever :func:`delete_from` answers as an error (400, 404, 410, 503...).
+    """
     queue = check_queue_name(queue_text)
     message_id = check_message_id(id_text)
-    params = query_params(request, ("receipt_handle",))
+    params = query_params(query, ("receipt_handle",)) if query is not None else {}
     if "receipt_handle" in params:
         handle = check_handle(params["receipt_handle"], queue, message_id)
         _, where = await broker.leases.delete_by_handle(queue, handle)
     else:
         where = await broker.leases.delete(queue, message_id)
     # json.dumps of {"message_id", "deleted": true, "was"}, preformatted: an id is a UUID, "was" a fixed word.
-    return web.Response(
-        text=f'{{"message_id": "{message_id}", "deleted": true, "was": "{where}"}}', content_type="application/json"
-    )
+    return b'{"message_id": "%s", "deleted": true, "was": "%s"}' % (message_id.encode(), where.encode())
 
 
 async def change_visibility(request: web.Request) -> web.Response:

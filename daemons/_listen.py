@@ -179,6 +179,8 @@ class LimitedSite(web.BaseSite):
         refusals: Counter whose ``"connections"`` counts the connections refused.
         reuse_port: Bind with ``SO_REUSEPORT`` (a worker of ``mq --processes N``: the kernel spreads
             connections over the workers bound to the port).
+        connections: The protocol factory of an admitted connection (``daemons._wire.Wire``), or None for
+            the runner server's (aiohttp's connection handler).
         **kwargs: ``ssl_context``, ``shutdown_timeout``, ``backlog`` as for aiohttp's sites.
     """
 
@@ -192,9 +194,11 @@ class LimitedSite(web.BaseSite):
         max_connections: int,
         refusals: Counter[str] | None = None,
         reuse_port: bool = False,
+        connections: Callable[[], asyncio.Protocol] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(runner, **kwargs)
+        self._connections = connections
         self._host, self._port, self._sock = host, port, sock
         self._reuse_port = reuse_port
         self._max_connections = max_connections
@@ -210,6 +214,7 @@ class LimitedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         limit = self._max_connections
+        admit = self._connections or server
 
         def factory() -> asyncio.Protocol:
             if len(server.connections) >= limit:
@@ -219,7 +224,7 @@ class LimitedSite(web.BaseSite):
                     logger.warning("connection refused: %d open (--max-connections); refused so far %d",
                                    limit, refused)  # fmt: skip
                 return _Refuse()
-            return server()
+            return admit()
 
         loop = asyncio.get_running_loop()
         if self._sock is not None:

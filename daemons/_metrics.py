@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.exposition import choose_encoder, start_http_server
@@ -44,6 +44,16 @@ if TYPE_CHECKING:
     from daemons._broker import Broker
 
 logger = logging.getLogger("mq.metrics")
+
+
+class _Status(Protocol):
+    """An answer with a status (an aiohttp response, or ``daemons._wire``'s preformatted answer)."""
+
+    @property
+    def status(self) -> int: ...
+
+
+_Answer = TypeVar("_Answer", bound=_Status)
 
 # No ``_created`` series: they double the output and no dashboard here reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -166,10 +176,10 @@ def metrics_middleware(times: RequestTimes) -> Callable[..., Awaitable[web.Strea
     return middleware
 
 
-async def timed(
-    times: RequestTimes, route: str, method: str, answer: Awaitable[web.StreamResponse]
-) -> web.StreamResponse:
+async def timed(times: RequestTimes, route: str, method: str, answer: Awaitable[_Answer]) -> _Answer:
     """Await ``answer`` (one request's handling) and count it in ``times`` under (route, method, status).
+
+    ``answer`` gives an aiohttp response or anything else with an int ``status`` (``daemons._wire``'s answers).
 
     The status is the answer's; an ``HTTPException`` raised through it counts under its own status,
     a client gone (``CancelledError``) as 499, any other exception as 500. Used by

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from mqcore.attributes import check_message_attributes
 from mqcore.errors import InvalidAttribute, InvalidRequest, MQError, cap, echo
@@ -27,11 +28,13 @@ def _short(value: object) -> str:
     return echo(value)
 
 
-def query_params(request: web.Request, allowed: tuple[str, ...], body_form: str | None = None) -> dict[str, str]:
+def query_params(
+    request: web.BaseRequest | MultiMapping[str], allowed: tuple[str, ...], body_form: str | None = None
+) -> dict[str, str]:
     """The query parameters, each given at most once and each one of ``allowed``.
 
     Args:
-        request: The request.
+        request: The request, or its query's parameters (``daemons._wire``'s requests are not aiohttp's).
         allowed: The parameter names the route takes.
         body_form: For a route that takes its values in a JSON body, that body's form (e.g.
             ``{"visibility_timeout_seconds": N}``): an unknown parameter's message names it.
@@ -39,7 +42,8 @@ def query_params(request: web.Request, allowed: tuple[str, ...], body_form: str 
         InvalidRequest: An unknown or repeated parameter (400, ``details.parameter``).
     """
     out: dict[str, str] = {}
-    for key, value in request.query.items():
+    query = request.query if isinstance(request, web.BaseRequest) else request
+    for key, value in query.items():
         if key not in allowed:
             known = ", ".join(allowed) if allowed else "none"
             hint = f"; this call takes a JSON body {body_form}" if body_form else ""

@@ -151,7 +151,7 @@ def make_app(broker: Broker, auth: _auth.Authenticator | None = None) -> web.App
     return app
 
 
-def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> web.AppRunner:
+def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> _fastpath.FastPathRunner:
     """The aiohttp runner that serves ``broker`` (what :func:`serve` listens with).
 
     Requests whose client disconnects are cancelled (``handler_cancellation``:
@@ -216,6 +216,7 @@ async def serve(
         reuse_port=link is not None,
         max_connections=settings.max_connections,
         refusals=broker.refusals,
+        connections=runner.wire if tls is None else None,  # with TLS every connection is aiohttp's
         ssl_context=tls,
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
         backlog=1024,

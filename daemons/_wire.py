@@ -1,0 +1,489 @@
+"""mq's own HTTP/1.1 connections for the three hot routes; aiohttp takes a connection over for anything else.
+
+A single send (``POST /<queue>/messages``), receive (``GET /<queue>/messages``)
+and delete (``DELETE /<queue>/messages/<id>``) are most of what mq serves, and
+aiohttp's stack (its parser, ``BaseRequest``, ``StreamReader``, response
+preparation and writer, a task per connection) cost several times the CPU of the
+file work behind them (docs/performance.md, "Own HTTP/1.1 path for the hot
+routes"). :class:`WireConnection` is an ``asyncio.Protocol`` that parses those
+requests itself with a deliberately narrow, strict grammar and writes
+preformatted answers, calling the same shared work as aiohttp's handlers
+(:func:`daemons._http.send_of`, :func:`~daemons._http.receive_of`,
+:func:`~daemons._http.delete_of`; errors by :func:`~daemons._http.error_response`,
+tokens by :func:`daemons._auth.admit_token`, timing by :func:`daemons._metrics.timed`).
+
+The grammar: a request line ``GET|POST|DELETE SP /target SP HTTP/1.1|HTTP/1.0`` whose
+target has only unreserved, sub-delim, ``/:@?`` characters (no ``%``, no ``#``, no
+absolute form) and is one of the hot shapes (:meth:`daemons._fastpath.FastPath.hot_parts`);
+ASCII header lines ``name: value`` (a token name, no obs-fold, no control characters),
+each name at most once, a ``Host``, at most one ``Content-Length`` (digits; none or 0
+for GET and DELETE), ``Connection`` absent, ``close`` or ``keep-alive``, and no
+``Transfer-Encoding``, ``Expect`` or ``Upgrade``; the whole header block within
+:data:`MAX_HEAD_BYTES`. A request outside it is not answered here: at a request
+boundary (no earlier request still being answered) the connection is handed over
+whole to aiohttp (a connection handler of the runner's ``web.Server``, given the
+transport with ``set_protocol`` and every byte not yet consumed) and stays aiohttp's
+until it closes. So every answer to odd input (400s, 405s, the router's 404s,
+``100-continue``, chunked bodies) stays aiohttp's and the application's.
+
+What the hot routes do through aiohttp holds here too: ``--auth-file`` tokens, the
+request's time in ``mq_http_request_duration_seconds`` (499 for a client gone), the
+queue's max_message_bytes (413 from Content-Length before any body is kept; the rest
+of such a body is read and dropped, the connection kept), ``--body-timeout`` (408 and
+the connection cut), the idle timeout (``idle_timeout_seconds`` without a complete
+request header closes the connection), ``--max-connections`` (these connections
+count in the server's), a long poll cancelled when its client goes away, graceful
+stop (the server's ``pre_shutdown``/``shutdown`` reach these connections), pipelined
+requests answered in order, HTTP/1.0 and ``Connection: close``. With
+``--access-log`` or TLS every connection is aiohttp's (``daemons._fastpath`` still
+serves the hot routes inside it).
+
+aiohttp: the hand-over uses ``web.Server.__call__`` (a ``RequestHandler``) and the
+handler's ``connection_made``/``data_received``; a connection of this module is
+registered in the server's private ``_connections`` (its ``connections``,
+``pre_shutdown`` and ``shutdown`` read it). tests/integration/test_wire.py pins them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from http import HTTPStatus
+from typing import Any, cast
+
+import yarl
+from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.tcp_helpers import tcp_keepalive
+from multidict import MultiMapping
+
+from daemons import _auth
+from daemons._broker import Broker
+from daemons._fastpath import DELETE_ROUTE, MESSAGES_ROUTE, FastPath
+from daemons._http import (
+    body_timed_out,
+    delete_of,
+    error_response,
+    receive_of,
+    received_headers,
+    send_of,
+    sent_body,
+)
+from daemons._metrics import timed
+from mqcore.errors import MessageTooLarge, RequestTimeout
+
+__all__ = ["MAX_HEAD_BYTES", "Wire", "WireConnection"]
+
+logger = logging.getLogger("mq.front")
+
+#: Largest header block (request line and headers) parsed here; a larger one goes to aiohttp (its limits).
+MAX_HEAD_BYTES = 8190
+#: Bytes of pipelined requests kept while one is answered before the socket's reading pauses.
+PAUSE_BYTES = 262_144
+
+_REQUEST_LINE = re.compile(rb"(GET|POST|DELETE) (/[-!$&'()*+,./0-9:;=?@A-Z_a-z~]*) HTTP/1\.([01])")
+_HEADER_LINE = re.compile(rb"([-!#$&'*+.^_`|~0-9A-Za-z]+):[ \t]*((?:[\x21-\x7e][ \t\x21-\x7e]*)?)")
+_NOT_HERE = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
+_SERVER = b"Server: " + SERVER_SOFTWARE.encode() + b"\r\n"
+_STATUS = {
+    (status.value, version): b"HTTP/1.%d %d %s\r\n" % (version, status.value, status.phrase.encode())
+    for status in HTTPStatus
+    for version in (0, 1)
+}
+_NO_BODY = frozenset((204, 304))
+
+
+class _Reply:
+    """One answer: its status (for the metrics), its bytes, whether the connection is cut after it (408)."""
+
+    __slots__ = ("cut", "data", "status")
+
+    def __init__(self, status: int, data: bytes, cut: bool = False) -> None:
+        self.status = status
+        self.data = data
+        self.cut = cut
+
+
+class Wire:
+    """The protocol factory of mq's listening socket: a :class:`WireConnection` per connection.
+
+    Args:
+        server: The runner's ``web.Server`` (the hand-over creates its connection handlers).
+        fast: The server's :class:`~daemons._fastpath.FastPath` (hot shapes, token requirements).
+        broker: The daemon's broker.
+        auth: The tokens of ``--auth-file``, or None.
+    """
+
+    def __init__(self, server: web.Server, fast: FastPath, broker: Broker, auth: _auth.Authenticator | None) -> None:
+        self.server = server
+        self.fast = fast
+        self.broker = broker
+        self.auth = auth
+        self.loop = asyncio.get_running_loop()
+        self.idle_seconds = broker.settings.idle_timeout_seconds
+        #: False: every new connection is aiohttp's (tests compare both paths with it).
+        self.enabled = True
+
+    def __call__(self) -> asyncio.Protocol:
+        """A new connection's protocol."""
+        return WireConnection(self) if self.enabled else self.server()
+
+
+def _parse(head: bytes) -> tuple[str, str, int, bool, dict[str, str], int] | None:
+    """(method, target, minor version, keep-alive, headers by lower-case name, Content-Length), or None.
+
+    None for anything outside this module's grammar (the connection goes to aiohttp).
+    """
+    if not head.isascii() or b"\n" in head.replace(b"\r\n", b""):
+        return None
+    lines = head.split(b"\r\n")
+    request = _REQUEST_LINE.fullmatch(lines[0])
+    if request is None:
+        return None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        match = _HEADER_LINE.fullmatch(line)
+        if match is None:
+            return None
+        name = match[1].lower()
+        if name in _NOT_HERE:
+            return None
+        key = name.decode()
+        if key in headers:
+            return None
+        headers[key] = match[2].rstrip(b" \t").decode()
+    if "host" not in headers:
+        return None
+    length = 0
+    text = headers.get("content-length")
+    if text is not None:
+        if not text.isdigit() or len(text) > 18:
+            return None
+        length = int(text)
+    method = request[1].decode()
+    if length and method != "POST":
+        return None
+    minor = 1 if request[3] == b"1" else 0
+    connection = headers.get("connection")
+    if connection is None:
+        keep_alive = minor == 1
+    else:
+        connection = connection.lower()
+        if connection != "close" and connection != "keep-alive":
+            return None
+        keep_alive = connection == "keep-alive" or (minor == 1 and connection != "close")
+    return method, request[2].decode(), minor, keep_alive, headers, length
+
+
+class WireConnection(asyncio.Protocol):
+    """One client connection: hot requests parsed and answered here, in order; else handed to aiohttp.
+
+    Args:
+        wire: The factory (server, broker, tokens).
+    """
+
+    def __init__(self, wire: Wire) -> None:
+        self._wire = wire
+        self._loop = wire.loop
+        self._transport: asyncio.Transport | None = None
+        self._buf = b""
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._reading_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self._idle_at = 0.0
+        self._idle: asyncio.TimerHandle | None = None
+        # The body of the request being answered: its length, the bytes when complete, else a pre-sized buffer.
+        self._length = 0
+        self._body: bytes | bytearray | None = None
+        self._view: memoryview | None = None
+        self._filled = 0
+        self._arrived: asyncio.Future[None] | None = None
+        self._discard = 0  # bytes of a refused body still to read and drop
+        # The HTTP version's minor digit of the request being answered, and its answer's Connection header.
+        self._minor = 1
+        self._conn = b""
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's TCPTransport is not a subclass
+        tcp_keepalive(self._transport)
+        self._wire.server._connections[self] = self._transport  # type: ignore[index]  # counted, shut down
+        self._idle_from_now()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._wire.server._connections.pop(self, None)  # type: ignore[call-overload]
+        self._transport = None
+        if self._idle is not None:
+            self._idle.cancel()
+        if self._task is not None:
+            self._task.cancel()  # a long poll must not lease messages for a consumer that is gone
+
+    def data_received(self, data: bytes) -> None:
+        if self._discard:
+            n = min(self._discard, len(data))
+            self._discard -= n
+            data = data[n:]
+        elif self._view is not None:  # the rest of a body, into its buffer
+            n = min(self._length - self._filled, len(data))
+            self._view[self._filled : self._filled + n] = memoryview(data)[:n]
+            self._filled += n
+            if self._filled == self._length:
+                self._body_complete()
+            data = data[n:]
+        if not data:
+            return
+        self._buf = self._buf + data if self._buf else data
+        if self._task is None:
+            self._next()
+        elif len(self._buf) > PAUSE_BYTES and not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self._drain = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        drain, self._drain = self._drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    # -- web.Server's view of a connection (pre_shutdown, shutdown) -----------------------------------------------
+
+    def close(self) -> None:
+        """Stop after the request being answered (at once when idle): the server stops."""
+        self._closing = True
+        if self._task is None and self._transport is not None:
+            self._transport.close()
+
+    async def shutdown(self, timeout: float | None = 15.0) -> None:  # noqa: ASYNC109 -- RequestHandler's signature
+        """Let the request being answered finish (up to ``timeout`` seconds, then cancel it); close."""
+        self._closing = True
+        task = self._task
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:
+                task.cancel()
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- requests -------------------------------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start answering the next complete request in the buffer, or hand the connection over."""
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+        if end < 0:
+            if len(buf) > MAX_HEAD_BYTES or (buf[:1] and buf[:1] not in b"GPD"):
+                self._hand_over()
+            return
+        parsed = _parse(buf[:end])
+        if parsed is None or self._closing:
+            if not self._closing:
+                self._hand_over()
+            return
+        method, target, minor, keep_alive, headers, length = parsed
+        parts = self._wire.fast.hot_parts(method, target)
+        if parts is None:
+            self._hand_over()
+            return
+        start = end + 4
+        self._length = length
+        if len(buf) - start >= length:
+            self._body = buf[start : start + length]
+            self._buf = buf[start + length :]
+        else:
+            self._buf = b""
+            if length <= self._wire.broker.settings.max_message_bytes:  # --max-body: the most any queue takes
+                self._body = bytearray(length)
+                self._view = memoryview(self._body)
+                self._filled = len(buf) - start
+                self._view[: self._filled] = memoryview(buf)[start:]
+            else:  # over every queue's limit: 413 from Content-Length, the body dropped as it comes
+                self._body = None
+                self._discard = length - (len(buf) - start)
+        self._minor = minor
+        if keep_alive:
+            self._conn = b"Connection: keep-alive\r\n" if not minor else b""
+        else:
+            self._conn = b"Connection: close\r\n" if minor else b""
+        self._wire.server.requests_count += 1
+        self._task = self._loop.create_task(self._serve(method, target, parts, keep_alive, headers))
+
+    def _hand_over(self) -> None:
+        """Give the connection to aiohttp: a handler of the runner's server, with every byte not yet consumed."""
+        transport = self._transport
+        if transport is None:
+            return
+        server = self._wire.server
+        server._connections.pop(self, None)  # type: ignore[call-overload]  # the handler registers itself
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        handler = server()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        data, self._buf = self._buf, b""
+        self._transport = None
+        if data:
+            handler.data_received(data)
+
+    def _idle_from_now(self) -> None:
+        """Close the connection if no complete request header arrives within ``idle_timeout_seconds``."""
+        seconds = self._wire.idle_seconds
+        if seconds <= 0:
+            return
+        self._idle_at = self._loop.time() + seconds
+        if self._idle is None:
+            self._idle = self._loop.call_at(self._idle_at, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self._idle = None
+        if self._task is not None or self._transport is None:  # answering: the timer restarts after the answer
+            return
+        if self._loop.time() < self._idle_at:  # a request came and went since: wait for the new deadline
+            self._idle = self._loop.call_at(self._idle_at, self._idle_check)
+            return
+        self._transport.close()
+
+    def _body_complete(self) -> None:
+        assert self._view is not None
+        self._view.release()
+        self._view = None
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
+
+    async def _read(self, limit: int, method: str, path: str) -> bytes:
+        """The body, at most ``limit`` bytes, within ``--body-timeout`` (what ``read_body`` is to aiohttp's)."""
+        if self._length > limit:
+            self._drop_body()
+            raise MessageTooLarge(self._length, limit)
+        body = self._body
+        assert body is not None
+        if self._view is not None:
+            self._arrived = self._loop.create_future()
+            seconds = self._wire.broker.settings.body_timeout_seconds
+            try:
+                async with asyncio.timeout(seconds):
+                    await self._arrived
+            except TimeoutError:
+                peer = self._transport.get_extra_info("peername") if self._transport is not None else None
+                raise body_timed_out(self._wire.broker, method, path, peer[0] if peer else None) from None
+            finally:
+                self._arrived = None
+        self._body = None
+        return body  # type: ignore[return-value]  # a bytearray of a large body: no copy to bytes
+
+    def _drop_body(self) -> None:
+        """Read the rest of the request's body and drop it (a body not wanted: 413, or an error answered first)."""
+        if self._view is not None:
+            self._discard = self._length - self._filled
+            self._view.release()
+            self._view = None
+        self._body = None
+
+    async def _serve(
+        self, method: str, target: str, parts: list[str], keep_alive: bool, headers: dict[str, str]
+    ) -> None:
+        """Answer one request, then go on with the next one in the buffer."""
+        route = MESSAGES_ROUTE if len(parts) == 3 else DELETE_ROUTE
+        try:
+            reply = await timed(
+                self._wire.broker.metrics.times, route, method, self._answer(method, target, parts, headers)
+            )
+        except Exception:  # noqa: BLE001 -- a socket's error re-raised by error_response: the client went away
+            self._task = None
+            if self._transport is not None:
+                self._transport.close()
+            return
+        self._drop_body()
+        transport = self._transport
+        if transport is None:
+            return
+        transport.write(reply.data)
+        if reply.cut:  # 408: FIN now (the client reads the answer), the socket closed a moment later
+            self._closing = True
+            if transport.can_write_eof():
+                transport.write_eof()
+            self._loop.call_later(1.0, transport.close)
+            return
+        if not keep_alive or self._closing:
+            self._task = None
+            transport.close()
+            return
+        if self._drain is not None:
+            await self._drain
+        self._task = None
+        self._idle_from_now()
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        if self._buf:
+            self._next()
+
+    async def _answer(self, method: str, target: str, parts: list[str], headers: dict[str, str]) -> _Reply:
+        """The token check, then the route's work with its errors as JSON answers."""
+        wire = self._wire
+        minor, conn = self._minor, self._conn
+        path, _, query_string = target.partition("?")
+        if wire.auth is not None:
+            route = MESSAGES_ROUTE if len(parts) == 3 else DELETE_ROUTE
+            peer = self._transport.get_extra_info("peername") if self._transport is not None else None
+            where = (method, path, peer[0] if peer else None)
+            _, refused = await _auth.admit_token(
+                wire.auth, wire.broker.refusals, headers.get("authorization"), wire.fast.needs[method, route],
+                parts[1], where,
+            )  # fmt: skip
+            if refused is not None:
+                return _response_reply(refused, minor, conn)
+        query: MultiMapping[str] | None = yarl.URL.build(query_string=query_string).query if query_string else None
+        try:
+            if method == "POST":
+                message_id = await send_of(
+                    wire.broker, parts[1], headers, lambda limit: self._read(limit, method, path)
+                )
+                return _Reply(
+                    201,
+                    _head(201, minor, b"X-Message-Id: %s\r\nContent-Type: application/json\r\n" % message_id.encode(),
+                          sent_body(message_id), conn),
+                )  # fmt: skip
+            if method == "GET":
+                messages, json_answer = await receive_of(wire.broker, parts[1], query)
+                if json_answer is not None:
+                    return _response_reply(json_answer, minor, conn)
+                if not messages:
+                    return _Reply(204, _STATUS[204, minor] + _date_server(conn) + b"\r\n")
+                fields = "".join([f"{k}: {v}\r\n" for k, v in received_headers(messages[0]).items()])
+                return _Reply(200, _head(200, minor, fields.encode(), messages[0].body, conn))
+            body = await delete_of(wire.broker, parts[1], parts[3], query)
+            return _Reply(200, _head(200, minor, b"Content-Type: application/json; charset=utf-8\r\n", body, conn))
+        except Exception as exc:  # noqa: BLE001 -- error_response logs it or raises it again
+            response = error_response(exc, method, path)
+            if isinstance(exc, RequestTimeout):  # the connection is cut after it
+                return _response_reply(response, minor, b"Connection: close\r\n" if minor else b"", cut=True)
+            return _response_reply(response, minor, conn)
+
+
+def _date_server(conn: bytes) -> bytes:
+    """Date (aiohttp's text, made once a second), Server (aiohttp's) and ``conn`` (a Connection header or b"")."""
+    return b"Date: %s\r\n%s%s" % (rfc822_formatted_time().encode(), _SERVER, conn)
+
+
+def _head(status: int, minor: int, fields: bytes, body: bytes | bytearray, conn: bytes) -> bytes:
+    """An answer with a body: status line, ``fields`` (CRLF-ended), Content-Length, Date, Server, ``conn``, body."""
+    return b"%s%sContent-Length: %d\r\n%s\r\n%s" % (_STATUS[status, minor], fields, len(body), _date_server(conn), body)
+
+
+def _response_reply(response: web.Response, minor: int, conn: bytes, cut: bool = False) -> _Reply:
+    """An aiohttp response (an error's, a token refusal's, a JSON receive's) as this module's answer."""
+    body: Any = response.body
+    fields = "".join([f"{k}: {v}\r\n" for k, v in response.headers.items()]).encode()
+    if response.status in _NO_BODY:
+        return _Reply(response.status, _STATUS[response.status, minor] + fields + _date_server(conn) + b"\r\n")
+    return _Reply(response.status, _head(response.status, minor, fields, body if body is not None else b"", conn), cut)
