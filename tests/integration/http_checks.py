@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
+from daemons._fastpath import FastPathRunner
+from daemons._listen import LimitedSite
 from daemons.front import Broker, Settings, make_runner
 
 
@@ -28,7 +29,7 @@ def assert_error(reply: Any, status: int, code: str | set[str], context: str = "
 
 
 @contextlib.asynccontextmanager
-async def mq_in_process(root: Any) -> AsyncIterator[tuple[Broker, web.AppRunner, str]]:
+async def mq_in_process(root: Any) -> AsyncIterator[tuple[Broker, FastPathRunner, str]]:
     """mq's broker served in this process as ``serve()`` serves it (real socket, real files), so that a
     test can look at what the daemon keeps in memory; yields (broker, runner, base URL)."""
     broker = Broker(Settings(root=str(root), port=0))
@@ -36,7 +37,7 @@ async def mq_in_process(root: Any) -> AsyncIterator[tuple[Broker, web.AppRunner,
     runner = make_runner(broker)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = LimitedSite(runner, "127.0.0.1", 0, sock=None, max_connections=1024, connections=runner.wire)
         await site.start()
         host, port = runner.addresses[0][:2]
         yield broker, runner, f"http://{host}:{port}"

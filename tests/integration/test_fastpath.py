@@ -1,9 +1,11 @@
-"""The single send, receive and delete served without the router and middlewares (``daemons._fastpath``).
+"""The single send, receive and delete served without the router and middlewares (``daemons._fastpath``,
+``daemons._wire``).
 
 mq's broker served in this process as ``serve()`` serves it (``make_runner``, a real socket, real
-files), so that a test can tell which of the server's two request handlers answered: the inline
-path, or the application (router, middlewares, handlers). The answers of both must be the same,
-errors included; the other test modules check the behaviour over real daemons.
+files), so that a test can tell which of the server's three ways answered: mq's own connection
+(``daemons._wire``), aiohttp's connection with the inline path, or the application (router,
+middlewares, handlers). The answers of all three must be the same, errors included; the other
+test modules check the behaviour over real daemons.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from http_checks import mq_in_process
 from daemons._fastpath import FastPath
 
 #: What is compared of two answers besides the status and the body.
-HEADERS = ("Content-Type", "Allow", "Retry-After", "WWW-Authenticate")
+HEADERS = ("Content-Type", "Content-Length", "Allow", "Retry-After", "WWW-Authenticate", "Connection", "Server")
 
 
 async def call(url: str, method: str, path: str, data: bytes | None = None, headers: Any = None) -> tuple:
@@ -39,6 +41,8 @@ async def test_hot_routes_skip_the_application_and_answer_as_it_does(tmp_path) -
         assert server is not None
         fast = server.request_handler  # what each new connection of aiohttp's server calls (pinned here)
         assert isinstance(fast, FastPath)
+        wire = runner.wire
+        assert wire is not None
         app_handler = fast.fallback
         through_app: list[str] = []
 
@@ -81,13 +85,15 @@ async def test_hot_routes_skip_the_application_and_answer_as_it_does(tmp_path) -
             ("POST", f"/q/messages/{message_id}", b"x", None),  # and a POST none
         ]
         for method, path, data, headers in cases:
-            server.request_handler = fast
+            wire.enabled, server.request_handler = True, fast
+            own = (await call(url, method, path, data, headers))[:3]
+            wire.enabled = False
             inline = (await call(url, method, path, data, headers))[:3]
             server.request_handler = app_handler
             routed = (await call(url, method, path, data, headers))[:3]
-            assert inline == routed, f"{method} {path}"
+            assert own == inline == routed, f"{method} {path}"
             assert inline[0] >= 204, f"{method} {path}: a case meant to change nothing answered {inline[0]}"
-        server.request_handler = fast
+        wire.enabled, server.request_handler = True, fast
 
         # mq_http_request_duration_seconds counts the inline requests under their routes, as before.
         _, metrics, _, _ = await call(url, "GET", "/metrics")
@@ -96,6 +102,6 @@ async def test_hot_routes_skip_the_application_and_answer_as_it_does(tmp_path) -
             'method="POST",route="/{queue}/messages",status="201"} 1.0',
             'method="GET",route="/{queue}/messages",status="200"} 1.0',
             'method="DELETE",route="/{queue}/messages/{message_id}",status="200"} 1.0',
-            'method="POST",route="/{queue}/messages",status="413"} 2.0',  # once per path
+            'method="POST",route="/{queue}/messages",status="413"} 3.0',  # once per path
         ):
             assert f"mq_http_request_duration_seconds_count{{{line}" in text, line
