@@ -194,7 +194,7 @@ class LimitedSite(web.BaseSite):
         max_connections: int,
         refusals: Counter[str] | None = None,
         reuse_port: bool = False,
-        connections: Callable[[], asyncio.Protocol] | None = None,
+        connections: Callable[[], asyncio.BaseProtocol] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(runner, **kwargs)
@@ -216,7 +216,7 @@ class LimitedSite(web.BaseSite):
         limit = self._max_connections
         admit = self._connections or server
 
-        def factory() -> asyncio.Protocol:
+        def factory() -> asyncio.BaseProtocol:
             if len(server.connections) >= limit:
                 self.refusals["connections"] += 1
                 refused = self.refusals["connections"]

@@ -82,6 +82,10 @@ logger = logging.getLogger("mq.front")
 MAX_HEAD_BYTES = 8190
 #: Bytes of pipelined requests kept while one is answered before the socket's reading pauses.
 PAUSE_BYTES = 262_144
+#: Bytes one socket read may take outside a body (uvloop's own read buffer is 256 KiB).
+SCRATCH_BYTES = 262_144
+#: A received body this large is written after its head instead of copied into one buffer with it.
+SEPARATE_BODY_BYTES = 65_536
 
 _REQUEST_LINE = re.compile(rb"(GET|POST|DELETE) (/[-!$&'()*+,./0-9:;=?@A-Z_a-z~]*) HTTP/1\.([01])")
 _HEADER_LINE = re.compile(rb"([-!#$&'*+.^_`|~0-9A-Za-z]+):[ \t]*((?:[\x21-\x7e][ \t\x21-\x7e]*)?)")
@@ -96,14 +100,16 @@ _NO_BODY = frozenset((204, 304))
 
 
 class _Reply:
-    """One answer: its status (for the metrics), its bytes, whether the connection is cut after it (408)."""
+    """One answer: its status (for the metrics), its bytes (a large body apart: ``tail``), whether the
+    connection is cut after it (408)."""
 
-    __slots__ = ("cut", "data", "status")
+    __slots__ = ("cut", "data", "status", "tail")
 
-    def __init__(self, status: int, data: bytes, cut: bool = False) -> None:
+    def __init__(self, status: int, data: bytes, cut: bool = False, tail: bytes | None = None) -> None:
         self.status = status
         self.data = data
         self.cut = cut
+        self.tail = tail
 
 
 class Wire:
@@ -123,10 +129,12 @@ class Wire:
         self.auth = auth
         self.loop = asyncio.get_running_loop()
         self.idle_seconds = broker.settings.idle_timeout_seconds
+        #: Where a connection's socket reads land outside a body (copied out at once: one for the loop).
+        self.scratch = memoryview(bytearray(SCRATCH_BYTES))
         #: False: every new connection is aiohttp's (tests compare both paths with it).
         self.enabled = True
 
-    def __call__(self) -> asyncio.Protocol:
+    def __call__(self) -> asyncio.BaseProtocol:
         """A new connection's protocol."""
         return WireConnection(self) if self.enabled else self.server()
 
@@ -177,7 +185,7 @@ def _parse(head: bytes) -> tuple[str, str, int, bool, dict[str, str], int] | Non
     return method, request[2].decode(), minor, keep_alive, headers, length
 
 
-class WireConnection(asyncio.Protocol):
+class WireConnection(asyncio.BufferedProtocol):
     """One client connection: hot requests parsed and answered here, in order; else handed to aiohttp.
 
     Args:
@@ -222,7 +230,22 @@ class WireConnection(asyncio.Protocol):
         if self._task is not None:
             self._task.cancel()  # a long poll must not lease messages for a consumer that is gone
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the socket's next bytes go: the rest of a body's pre-sized buffer, else the loop's scratch."""
+        if self._view is not None and not self._discard:
+            return self._view[self._filled :]
+        return self._wire.scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._view is not None and not self._discard:  # read straight into the body: no copy
+            self._filled += nbytes
+            if self._filled == self._length:
+                self._body_complete()
+            return
+        self.data_received(bytes(self._wire.scratch[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
+        """Bytes received (from the scratch buffer, or from a loop that copies them itself)."""
         if self._discard:
             n = min(self._discard, len(data))
             self._discard -= n
@@ -407,6 +430,8 @@ class WireConnection(asyncio.Protocol):
         if transport is None:
             return
         transport.write(reply.data)
+        if reply.tail is not None:
+            transport.write(reply.tail)
         if reply.cut:  # 408: FIN now (the client reads the answer), the socket closed a moment later
             self._closing = True
             if transport.can_write_eof():
@@ -460,7 +485,10 @@ class WireConnection(asyncio.Protocol):
                 if not messages:
                     return _Reply(204, _STATUS[204, minor] + _date_server(conn) + b"\r\n")
                 fields = "".join([f"{k}: {v}\r\n" for k, v in received_headers(messages[0]).items()])
-                return _Reply(200, _head(200, minor, fields.encode(), messages[0].body, conn))
+                body = messages[0].body
+                if len(body) >= SEPARATE_BODY_BYTES:  # written after the head, not copied into it
+                    return _Reply(200, _head(200, minor, fields.encode(), b"", conn, len(body)), tail=body)
+                return _Reply(200, _head(200, minor, fields.encode(), body, conn))
             body = await delete_of(wire.broker, parts[1], parts[3], query)
             return _Reply(200, _head(200, minor, b"Content-Type: application/json; charset=utf-8\r\n", body, conn))
         except Exception as exc:  # noqa: BLE001 -- error_response logs it or raises it again
@@ -475,9 +503,13 @@ def _date_server(conn: bytes) -> bytes:
     return b"Date: %s\r\n%s%s" % (rfc822_formatted_time().encode(), _SERVER, conn)
 
 
-def _head(status: int, minor: int, fields: bytes, body: bytes | bytearray, conn: bytes) -> bytes:
-    """An answer with a body: status line, ``fields`` (CRLF-ended), Content-Length, Date, Server, ``conn``, body."""
-    return b"%s%sContent-Length: %d\r\n%s\r\n%s" % (_STATUS[status, minor], fields, len(body), _date_server(conn), body)
+def _head(
+    status: int, minor: int, fields: bytes, body: bytes | bytearray, conn: bytes, length: int | None = None
+) -> bytes:
+    """An answer: status line, ``fields`` (CRLF-ended), Content-Length (``length``, default the body's), Date,
+    Server, ``conn``, ``body``."""
+    size = len(body) if length is None else length
+    return b"%s%sContent-Length: %d\r\n%s\r\n%s" % (_STATUS[status, minor], fields, size, _date_server(conn), body)
 
 
 def _response_reply(response: web.Response, minor: int, conn: bytes, cut: bool = False) -> _Reply:
