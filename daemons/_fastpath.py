@@ -15,6 +15,11 @@ the middlewares did: the request's time into ``mq_http_request_duration_seconds`
 (:func:`daemons._auth.admit`), the JSON error answers
 (:func:`daemons._http.error_answer`).
 
+On mq's own connections (``daemons._wire``) these requests do not reach aiohttp at all;
+:class:`FastPath` serves them on aiohttp's connections: with TLS or ``--access-log``, and on a
+connection handed over to aiohttp after a request ``daemons._wire`` does not parse. Its
+:meth:`FastPath.hot_parts` is the one rule of what a hot request's target is, for both.
+
 Every other request goes to the application exactly as before (router,
 middlewares, handlers): any other method or path, and, to keep the router's
 answer the only one for anything unusual, a target with a ``%`` escape, a

@@ -7,7 +7,10 @@ becomes a status and a JSON body in :func:`errors_middleware` (:func:`error_answ
 The routes themselves are registered by :func:`daemons.front.make_app`; the
 single send, receive and delete are also called directly, without the router
 and the middlewares, by ``daemons._fastpath`` (:func:`send_to`,
-:func:`receive_from`, :func:`delete_from`).
+:func:`receive_from`, :func:`delete_from`), and their work, without aiohttp's
+request and response objects, by ``daemons._wire`` (:func:`send_of`,
+:func:`receive_of`, :func:`delete_of`, :func:`error_response`): the checks, the
+broker call and the errors are written once, only the answer's shape differs.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ test modules check the behaviour over real daemons.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from aiohttp import web
 from http_checks import mq_in_process
 
 from daemons._fastpath import FastPath
+from daemons._wire import WireConnection
 
 #: What is compared of two answers besides the status and the body.
 HEADERS = ("Content-Type", "Content-Length", "Allow", "Retry-After", "WWW-Authenticate", "Connection", "Server")
@@ -105,3 +107,29 @@ async def test_hot_routes_skip_the_application_and_answer_as_it_does(tmp_path) -
             'method="POST",route="/{queue}/messages",status="413"} 3.0',  # once per path
         ):
             assert f"mq_http_request_duration_seconds_count{{{line}" in text, line
+
+
+async def test_a_connection_is_mqs_own_until_a_request_it_does_not_parse(tmp_path) -> None:
+    async with mq_in_process(tmp_path / "root") as (_, runner, url):
+        server = runner.server
+        assert server is not None
+        connector = aiohttp.TCPConnector(limit=1)  # one kept-alive connection for every request below
+        async with aiohttp.ClientSession(connector=connector) as http:
+            assert (await http.put(url + "/q")).status == 201  # not a hot route: aiohttp's from the start
+            assert [type(c).__name__ for c in server.connections] == ["JsonErrorsRequestHandler"]
+        for _ in range(500):  # until the server has seen that connection close
+            if not server.connections:
+                break
+            await asyncio.sleep(0.01)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as http:
+            async with http.post(url + "/q/messages", data=b"x") as resp:
+                assert resp.status == 201
+            assert [type(c) for c in server.connections] == [WireConnection]
+            async with http.get(url + "/q/messages") as resp:
+                assert resp.status == 200
+            assert [type(c) for c in server.connections] == [WireConnection]
+            async with http.get(url + "/q") as resp:  # handed over to aiohttp, for good
+                assert resp.status == 200
+            assert [type(c).__name__ for c in server.connections] == ["JsonErrorsRequestHandler"]
+            async with http.get(url + "/q/messages") as resp:
+                assert resp.status == 204
