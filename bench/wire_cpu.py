@@ -6,7 +6,9 @@ it with wrk and the bench/lua scripts, and reads the mq process's CPU from /proc
 
 - ``send_cN``: 1 KiB sends (post.lua) at N connections, ms of CPU per 201;
 - ``rd_cN``: receive+delete cycles (recv_delete.lua) at N connections on a prefilled queue, per cycle;
-- ``send_64k`` / ``send_1m``: 64 KiB and 1 MiB sends at 1 connection, per 201.
+- ``send_64k`` / ``send_1m``: 64 KiB and 1 MiB sends at 1 connection, per 201;
+- ``empty_cN``: receives of an empty queue (204, no long poll) at N connections, per request: the
+  HTTP stack's own cost with the least broker work.
 
 Rounds alternate the trees; the medians per tree are printed as one JSON object (with the load average).
 
@@ -86,13 +88,18 @@ class Mq:
 
 
 def _wrk(mq: Mq, script: str, clients: int, seconds: int, env: dict[str, str]) -> dict[str, Any]:
+    """Run wrk with ``script`` (a bench/lua file), or on the queue's messages path with none ("")."""
+    target = ["-s", str(_LUA / script), mq.url] if script else [f"{mq.url}/{env['MQB_QUEUE']}/messages"]
     run = subprocess.run(
-        ["wrk", f"-t{clients}", f"-c{clients}", f"-d{seconds}s", "-s", str(_LUA / script), mq.url],
+        ["wrk", f"-t{clients}", f"-c{clients}", f"-d{seconds}s", *target],
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "MQB_THREADS": str(clients), **env},
     )
+    if not script:
+        done = re.search(r"(\d+) requests in", run.stdout)
+        return {"counts": {"requests": int(done.group(1)) if done else 0}}
     match = re.search(r"MQBENCH_JSON (\{.*\})", run.stdout)
     return json.loads(match.group(1)) if match else {}
 
@@ -107,7 +114,10 @@ def step(mq: Mq, name: str, seconds: int) -> float | None:
     _call(f"{mq.url}/{queue}", "PUT")
     kind, _, arg = name.partition("_")
     env = {"MQB_QUEUE": queue}
-    if kind == "rd":
+    if kind == "empty":
+        before = _cpu_s(mq.proc.pid)
+        ops = _stat(_wrk(mq, "", int(arg[1:]), seconds, env), "requests")
+    elif kind == "rd":
         clients = int(arg[1:])
         prefill = {1: 12_000, 16: 20_000}.get(clients, 20_000)
         _wrk(mq, "post.lua", 8, 60, {**env, "MQB_QUOTA": str(prefill)})
