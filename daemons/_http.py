@@ -6,11 +6,9 @@ the strict rules of ``docs/api.md``) with the helpers here, calls one
 becomes a status and a JSON body in :func:`errors_middleware` (:func:`error_answer`).
 The routes themselves are registered by :func:`daemons.front.make_app`; the
 single send, receive and delete are also called directly, without the router
-and the middlewares, by ``daemons._fastpath`` (:func:`send_to`,
-:func:`receive_from`, :func:`delete_from`), and their work, without aiohttp's
-request and response objects, by ``daemons._wire`` (:func:`send_of`,
-:func:`receive_of`, :func:`delete_of`, :func:`error_response`): the checks, the
-broker call and the errors are written once, only the answer's shape differs.
+and the middlewares, by ``daemons._fastpath`` (:func:`send_to`, :func:`receive_from`,
+:func:`delete_from`), and their work without aiohttp's request and response objects by ``daemons._wire``
+(:func:`send_of`, :func:`receive_of`, :func:`delete_of`, :func:`error_response`): written once.
 """
 
 from __future__ import annotations
@@ -100,10 +98,8 @@ async def errors_middleware(
 
 
 async def error_answer(request: web.BaseRequest, error: Exception) -> web.StreamResponse:
-    """The answer of :func:`errors_middleware` to ``error`` raised by a handler (also ``daemons._fastpath``'s).
-
-    :func:`error_response`'s answer; a 408 is sent at once and the connection cut (the rest of the body is
-    never waited for).
+    """The answer of :func:`errors_middleware` to ``error`` (also ``daemons._fastpath``'s): :func:`error_response`'s;
+    a 408 is sent at once and the connection cut (the rest of the body is never waited for).
 
     Raises:
         Exception: ``error`` itself when it is not an error answer (see :func:`error_response`).
@@ -377,13 +373,11 @@ async def send_to(request: web.Request, broker: Broker, queue_text: str) -> web.
 async def send_of(
     broker: Broker, queue_text: str, headers: Mapping[str, str], read: Callable[[int], Awaitable[bytes]]
 ) -> str:
-    """The work of :func:`send_to` (also ``daemons._wire``'s): check the request, store the message, its id.
+    """The work of :func:`send_to` (also ``daemons._wire``'s): the checks, the message stored; its id.
 
-    Args:
-        broker: The daemon's broker.
-        queue_text: The path's queue segment (not yet checked).
-        headers: The request's headers, looked up by their lower-case names (aiohttp's are case-insensitive).
-        read: Reads the body, at most its argument's bytes (raises MessageTooLarge, RequestTimeout).
+    ``queue_text`` is the path's queue segment (not yet checked), ``headers`` the request's, looked up by
+    lower-case name; ``read(limit)`` reads the body, at most ``limit`` bytes (MessageTooLarge, RequestTimeout).
+
     Raises:
         MQError: Whatever :func:`send_to` answers as an error (400, 404, 413, 429, 503...).
     """
@@ -522,25 +516,20 @@ async def receive_from(request: web.Request, broker: Broker, queue_text: str) ->
     X-Message-Attributes (JSON, only if the message has attributes).
     """
     messages, json_answer = await receive_of(broker, queue_text, request.query if request.query_string else None)
-    if json_answer is not None:
-        return json_answer
-    if not messages:
-        return web.Response(status=204)
+    if json_answer is not None or not messages:
+        return json_answer if json_answer is not None else web.Response(status=204)
     return web.Response(body=messages[0].body, headers=received_headers(messages[0]))
 
 
 async def receive_of(
     broker: Broker, queue_text: str, query: MultiMapping[str] | None
 ) -> tuple[list[ReceivedMessage], web.Response | None]:
-    """The work of :func:`receive_from` (also ``daemons._wire``'s): the messages received, or the JSON answer.
+    """The work of :func:`receive_from` (also ``daemons._wire``'s): (messages leased, None) for the raw form
+    (at most one), ([], the JSON form's answer) with ``max_messages``.
 
-    Args:
-        broker: The daemon's broker.
-        queue_text: The path's queue segment (not yet checked).
-        query: The query's parameters, or None without a query string.
-    Returns:
-        The messages leased (raw form: at most one) and None, or ([], the JSON form's answer) with
-        ``max_messages``.
+    ``queue_text`` is the path's queue segment (not yet checked), ``query`` the query's parameters (None
+    without a query string).
+
     Raises:
         MQError: Whatever :func:`receive_from` answers as an error (400, 404, 503...).
     """
@@ -648,13 +637,11 @@ async def delete_from(request: web.Request, broker: Broker, queue_text: str, id_
 
 
 async def delete_of(broker: Broker, queue_text: str, id_text: str, query: MultiMapping[str] | None) -> bytes:
-    """The work of :func:`delete_from` (also ``daemons._wire``'s): delete the message, the answer's JSON body.
+    """The work of :func:`delete_from` (also ``daemons._wire``'s): the message deleted; the answer's JSON body.
 
-    Args:
-        broker: The daemon's broker.
-        queue_text: The path's queue segment (not yet checked).
-        id_text: The path's message id segment (not yet checked).
-        query: The query's parameters, or None without a query string.
+    ``queue_text`` and ``id_text`` are the path's segments (not yet checked), ``query`` the query's
+    parameters (None without a query string).
+
     Raises:
         MQError: Whatever :func:`delete_from` answers as an error (400, 404, 410, 503...).
     """
