@@ -5,8 +5,9 @@ and delete (``DELETE /<queue>/messages/<id>``) are most of what mq serves, and
 aiohttp's stack (its parser, ``BaseRequest``, ``StreamReader``, response
 preparation and writer, a task per connection) cost several times the CPU of the
 file work behind them (docs/performance.md, "Own HTTP/1.1 path for the hot
-routes"). :class:`WireConnection` is an ``asyncio.Protocol`` that parses those
-requests itself with a deliberately narrow, strict grammar and writes
+routes"). :class:`WireConnection` is an ``asyncio.BufferedProtocol`` (a body the
+first read did not bring is read by the socket straight into one buffer of its
+size) that parses those requests itself with a deliberately narrow, strict grammar and writes
 preformatted answers, calling the same shared work as aiohttp's handlers
 (:func:`daemons._http.send_of`, :func:`~daemons._http.receive_of`,
 :func:`~daemons._http.delete_of`; errors by :func:`~daemons._http.error_response`,
@@ -28,8 +29,8 @@ until it closes. So every answer to odd input (400s, 405s, the router's 404s,
 
 What the hot routes do through aiohttp holds here too: ``--auth-file`` tokens, the
 request's time in ``mq_http_request_duration_seconds`` (499 for a client gone), the
-queue's max_message_bytes (413 from Content-Length before any body is kept; the rest
-of such a body is read and dropped, the connection kept), ``--body-timeout`` (408 and
+queue's max_message_bytes (413 from Content-Length; a body over ``--max-body`` is never
+kept, the rest of a refused body is read and dropped, the connection kept), ``--body-timeout`` (408 and
 the connection cut), the idle timeout (``idle_timeout_seconds`` without a complete
 request header closes the connection), ``--max-connections`` (these connections
 count in the server's), a long poll cancelled when its client goes away, graceful
@@ -41,7 +42,8 @@ serves the hot routes inside it).
 aiohttp: the hand-over uses ``web.Server.__call__`` (a ``RequestHandler``) and the
 handler's ``connection_made``/``data_received``; a connection of this module is
 registered in the server's private ``_connections`` (its ``connections``,
-``pre_shutdown`` and ``shutdown`` read it). tests/integration/test_wire.py pins them.
+``pre_shutdown`` and ``shutdown`` read it). tests/integration/test_fastpath.py pins them,
+tests/integration/test_wire.py checks the behaviour over raw sockets.
 """
 
 from __future__ import annotations
