@@ -66,19 +66,14 @@ class LeaseMemory:
         return len(self._by_handle)
 
     def _put(self, handle: str, queue: str, message_id: str, lease: _Lease) -> None:
-        # A new key goes to the end by itself; only a known one must be moved (a receive's handle is new).
-        by_handle, by_message, key = self._by_handle, self._by_message, (queue, message_id)
-        if handle in by_handle:
-            by_handle.move_to_end(handle)
-        by_handle[handle] = lease
-        if key in by_message:
-            by_message.move_to_end(key)
-        by_message[key] = lease
-        limit = self.limit
-        while len(by_handle) > limit:
-            by_handle.popitem(last=False)
-        while len(by_message) > limit:
-            by_message.popitem(last=False)
+        self._by_handle[handle] = lease
+        self._by_handle.move_to_end(handle)
+        key = (queue, message_id)
+        self._by_message[key] = lease
+        self._by_message.move_to_end(key)
+        for table in (self._by_handle, self._by_message):
+            while len(table) > self.limit:
+                table.popitem(last=False)
 
     def received(self, *messages: ReceivedMessage) -> None:
         """Receives leased ``messages``: each handle names its file (one lock for them all)."""
