@@ -1,7 +1,7 @@
 """A/B rounds of batch sends and batch receive+delete: CPU per message per daemon and per thread.
 
 Alternates variants of the code (each a ``PYTHONPATH`` directory, ``-`` for this checkout)
-round by round, A B A B ..., so that a shared machine's load falls on every variant alike.
+round by round, A B, B A, A B ..., so that a shared machine's load falls on every variant alike.
 Each round starts mq + mq-mover + mq-reaper (this venv's console scripts; the variant's
 ``mqcore`` and ``daemons`` through ``PYTHONPATH``) on a root of its own under ``--root``,
 runs ``bench/lua/post_batch.lua`` (``send``) or prefills and runs
@@ -86,7 +86,9 @@ def wrk(
 
 
 def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict[str, Any]:
-    root = Path(args.root) / f"{variant}-{n}"
+    # --same-root: every round on one root (a queue each), so no round meets a fresh directory's block group
+    # or another round's deletes first (the real disk's lottery, docs/performance.md stop 16).
+    root = Path(args.root) / ("shared" if args.same_root else f"{variant}-{n}")
     root.mkdir(parents=True, exist_ok=True)
     if path == "-":
         os.environ.pop("PYTHONPATH", None)
@@ -94,7 +96,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
         os.environ["PYTHONPATH"] = path
     daemons = Daemons(root / "mq", root / "logs", None, [])
     url = daemons.start()
-    queue = "ab"
+    queue = f"ab-{variant}-{n}"
     make_queue(url, queue)
     try:
         if args.mode == "recv":
@@ -168,12 +170,14 @@ def main() -> None:
         default=[],
         help="DAEMON=COMMAND run over the measured seconds ({pid}, {out}, {seconds}), e.g. a profiler",
     )
+    ap.add_argument("--same-root", action="store_true", help="run every round on one root (a queue per round)")
     ap.add_argument("--root", required=True, help="a directory; each round gets its own root in it")
     args = ap.parse_args()
     variants = [v.split("=", 1) for v in args.variant]
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
     for n in range(1, args.rounds + 1):
-        for name, path in variants:
+        # A B, then B A, ...: neither variant always runs after the other (a shared root ages between runs).
+        for name, path in variants if n % 2 else variants[::-1]:
             res = one_round(name, path, args, n)
             results[name].append(res)
             print(json.dumps(res), flush=True)
