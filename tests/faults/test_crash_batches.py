@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.faults.test_crash_restart import CRASH_STACK, DOWN, Load, drain_queue, run_with_crash
+from tests.faults.test_crash_restart import CRASH_STACK, DOWN, Load, drain_and_sweep, run_with_crash
 
 logger = logging.getLogger(__name__)
 
@@ -126,10 +126,4 @@ async def test_sigkill_of_mq_under_batch_sends_receives_and_deletes_loses_nothin
     summary = load.check()
     logger.info("batches: %s", summary)
     assert len(load.acked) > 100, f"too little load to mean anything: {summary}\n{stack.logs()}"
-    await drain_queue(stack, queue)
-    await wait(
-        lambda: not stack.files("remove"),
-        timeout=15,
-        message=lambda: f"remove/ not emptied: {stack.files('remove')[:5]}\n{stack.logs()}",
-    )
-    await wait(lambda: not stack.files("new"), timeout=15, message=lambda: f"new/ = {stack.files('new')}")
+    await drain_and_sweep(stack, queue, wait)
