@@ -10,11 +10,27 @@ from collections.abc import Callable
 from typing import Self
 
 from mqcore.errors import QueueNotFound
+from mqcore.fsinfo import mount_of
 from mqcore.names import IdGenerator, Layout, QueueName
 from mqcore.protocol._fs import Disk, rename_if_present, storage_error
 
 #: A clock: the current time in epoch milliseconds (UTC).
 Clock = Callable[[], int]
+
+
+def renames_may_lie(root: str, mounts_file: str = "/proc/mounts") -> bool:
+    """True unless ``root`` is on a local filesystem, whose ``rename(2)`` returns 0 only when it renamed.
+
+    A network or FUSE filesystem (:attr:`mqcore.fsinfo.MountInfo.shared`: GlusterFS's FUSE client,
+    docs/protocol.md 13.5), or one that cannot be told (no mount table), may answer 0 for a rename
+    that did nothing; a lease checks its new name there.
+
+    Args:
+        root: The store's root (an existing directory).
+        mounts_file: The mount table to read (a test may pass another).
+    """
+    mount = mount_of(root, mounts_file)
+    return mount is None or mount.shared
 
 
 def now_ms() -> int:
@@ -41,6 +57,8 @@ class StoreBase:
         self.ids = ids or IdGenerator()
         self.clock = clock
         self.disk = Disk(fsync)
+        #: Whether a lease must check that its rename happened (:func:`renames_may_lie`, docs/protocol.md 13.5).
+        self.renames_may_lie = renames_may_lie(self.layout.root)
         if fsync:
             self.disk.syncer.sync(self.layout.root)
 

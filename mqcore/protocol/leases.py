@@ -77,7 +77,7 @@ class Leases(Queues):
         if parsed is None:
             return None
         message_id, count = parsed
-        src = os.path.join(self.layout.queue_dir(queue), filename)
+        src = f"{self.layout.queue_dir(queue)}/{filename}"  # mq's absolute directory, a checked name: no join needed
         return self._take(queue, src, message_id, count, visibility_timeout_ms, policy)
 
     def _take(
@@ -115,7 +115,7 @@ class Leases(Queues):
                 return None
             deadline = now + visibility_timeout_ms
             leased = in_flight_name(deadline, queue, message_id, count + 1, new_lease_token())
-            leased_path = self.layout.delay_path(leased)
+            leased_path = f"{self.layout.delay}/{leased}"
             try:
                 os.rename(src, leased_path)
             except OSError as exc:
@@ -126,11 +126,12 @@ class Leases(Queues):
                 # redelivers it at its deadline.
                 lost_race("rename", exc)
                 return None
-            if not os.path.lexists(leased_path):
+            if self.renames_may_lie and not os.path.lexists(leased_path):
                 # The rename said 0 but nothing was renamed: GlusterFS's FUSE client answers a rename whose source
                 # another host moved away meanwhile with error 0 ("src resolution failed", section 13.5). The
                 # file we opened is someone else's lease now: taken. (A lease name is ours alone, so only such a
                 # phantom rename, or a delete or redelivery of the lease since, leaves it absent: taken too.)
+                # A local filesystem's rename(2) returns 0 only when it renamed: no check there.
                 lost_race("rename", OSError(errno.ENOENT, "lease name absent after its rename"))
                 return None
             if count == 0:

@@ -192,6 +192,11 @@ async def test_sigkill_and_restart_during_load_loses_nothing(stack, queue, victi
     summary = load.check()
     logger.info("%s: %s", victim, summary)
     assert len(load.acked) > 50, f"too little load to mean anything: {summary}\n{stack.logs()}"
+    await drain_and_sweep(stack, queue, wait)
+
+
+async def drain_and_sweep(stack, queue, wait) -> None:
+    """After a crash run: drain the queue (:func:`drain_queue`), then wait until remove/ and new/ are empty."""
     await drain_queue(stack, queue)
     await wait(
         lambda: not stack.files("remove"),

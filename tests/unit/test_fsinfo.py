@@ -47,3 +47,20 @@ def test_a_directory_stamp_changes_with_every_entry_added_or_removed(tmp_path):
     os.rename(tmp_path / "a", tmp_path / "b")
     renamed = dir_stamp(tmp_path)
     assert len({before, added, renamed}) == 3
+
+
+def test_a_lease_checks_its_rename_only_where_a_rename_may_report_success_without_renaming(tmp_path):
+    """docs/protocol.md 13.5: GlusterFS's FUSE client (and any network or FUSE filesystem) may answer 0 for a
+    rename that did nothing; a local filesystem's rename(2) may not, so a lease skips its lstat there."""
+    from mqcore.protocol import Store
+    from mqcore.protocol._base import renames_may_lie
+
+    mounts = table(tmp_path)
+    assert renames_may_lie("/mnt/gluster/root", mounts)
+    assert renames_may_lie("/mnt/with space/q", mounts)  # nfs4
+    assert not renames_may_lie("/srv", mounts)  # ext4
+    assert not renames_may_lie("/mnt/gluster/inner/x", mounts)  # tmpfs inside the volume's mount point
+    assert renames_may_lie("/srv", str(tmp_path / "no-such-table"))  # cannot tell: check
+    store = Store(tmp_path / "root")
+    assert store.renames_may_lie == renames_may_lie(str(tmp_path / "root"))
+    assert store.at(1).renames_may_lie == store.renames_may_lie

@@ -1,0 +1,191 @@
+"""A/B rounds of batch sends and batch receive+delete: CPU per message per daemon and per thread.
+
+Alternates variants of the code (each a ``PYTHONPATH`` directory, ``-`` for this checkout)
+round by round, A B, B A, A B ..., so that a shared machine's load falls on every variant alike.
+Each round starts mq + mq-mover + mq-reaper (this venv's console scripts; the variant's
+``mqcore`` and ``daemons`` through ``PYTHONPATH``) on a root of its own under ``--root``,
+runs ``bench/lua/post_batch.lua`` (``send``) or prefills and runs
+``bench/lua/recv_delete_batch.lua`` (``recv``) under wrk at ``--clients`` connections,
+discards ``--warmup`` seconds and reads every daemon thread's user and system ticks from
+``/proc/<pid>/task/*/stat`` over ``--seconds``. CPU per message: the daemons' ticks over the
+messages sent (files that appeared) or received and deleted (wrk's count of deleted entries).
+Prints one JSON line per round and a median table at the end::
+
+    .venv/bin/python bench/ab_batches.py --variant main=/work/mq-base-batch --variant new=- \\
+        --mode send --rounds 3 --root /dev/shm/ab
+
+Not a test: figures only (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.run import LUA_DIR, Daemons  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_ticks(pid: int) -> dict[str, tuple[int, int]]:
+    """User and system ticks of ``pid``'s main thread (the event loop) and of its other threads together."""
+    out: dict[str, tuple[int, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        user, system = int(fields[11]), int(fields[12])
+        name = "loop" if task.name == str(pid) else "threads"  # the event loop; the worker threads together
+        u, s = out.get(name, (0, 0))
+        out[name] = (u + user, s + system)
+    return out
+
+
+def snapshot(pids: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
+    return {name: thread_ticks(pid) for name, pid in pids.items()}
+
+
+def depth(url: str, queue: str) -> int:
+    with urllib.request.urlopen(f"{url}/{queue}", timeout=30) as resp:
+        return int(json.load(resp)["ready"])
+
+
+def make_queue(url: str, queue: str) -> None:
+    req = urllib.request.Request(
+        f"{url}/{queue}", method="PUT", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    urllib.request.urlopen(req, timeout=30).read()
+
+
+def wrk(
+    script: str, url: str, queue: str, clients: int, threads: int, seconds: int, quota: int = 0
+) -> subprocess.Popen[str]:
+    env = dict(
+        os.environ,
+        MQB_QUEUE=queue,
+        MQB_BATCH="10",
+        MQB_BODY_BYTES="1024",
+        MQB_QUOTA=str(quota),
+        MQB_THREADS=str(threads),
+    )
+    cmd = ["wrk", f"-t{threads}", f"-c{clients}", f"-d{seconds}s", "--timeout", "30s", "-s", str(LUA_DIR / script)]
+    return subprocess.Popen([*cmd, url + "/"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict[str, Any]:
+    # --same-root: every round on one root (a queue each), so no round meets a fresh directory's block group
+    # or another round's deletes first (the real disk's lottery, docs/performance.md stop 16).
+    root = Path(args.root) / ("shared" if args.same_root else f"{variant}-{n}")
+    root.mkdir(parents=True, exist_ok=True)
+    if path == "-":
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = path
+    daemons = Daemons(root / "mq", root / "logs", None, [])
+    url = daemons.start()
+    queue = f"ab-{variant}-{n}"
+    make_queue(url, queue)
+    try:
+        if args.mode == "recv":
+            need = args.prefill
+            fill = wrk("post_batch.lua", url, queue, 4, 4, 600, quota=need)
+            while depth(url, queue) < need and fill.poll() is None:
+                time.sleep(0.5)
+            fill.terminate()
+            fill.communicate()
+            time.sleep(2)  # the reaper and mover idle again
+        script = "post_batch.lua" if args.mode == "send" else "recv_delete_batch.lua"
+        threads = 2 if args.mode == "send" else args.clients
+        proc = wrk(script, url, queue, args.clients, threads, int(args.warmup + args.seconds + 1))
+        time.sleep(args.warmup)
+        pids = daemons.pids()
+        d0, t0, s0 = depth(url, queue), time.monotonic(), snapshot(pids)
+        attached = [
+            subprocess.Popen(cmd.format(pid=pids[who], out=f"{root}/{who}", seconds=int(args.seconds)), shell=True)
+            for who, cmd in (a.split("=", 1) for a in args.attach)
+        ]
+        time.sleep(args.seconds)
+        for a in attached:
+            a.wait()
+        d1, t1, s1 = depth(url, queue), time.monotonic(), snapshot(pids)
+        proc.communicate()
+        daemons.check_alive()
+    finally:
+        daemons.stop()
+    messages = abs(d1 - d0)
+    per: dict[str, float] = {}
+    total = 0.0
+    for name, threads_1 in s1.items():
+        for thread, (u1, sy1) in threads_1.items():
+            u0, sy0 = s0[name].get(thread, (0, 0))
+            us_user = (u1 - u0) / TICK * 1e6 / max(messages, 1)
+            us_sys = (sy1 - sy0) / TICK * 1e6 / max(messages, 1)
+            if us_user + us_sys > 0:
+                per[f"{name}/{thread}"] = round(us_user + us_sys, 1)
+                per[f"{name}/{thread} sys"] = round(us_sys, 1)
+            total += us_user + us_sys
+    daemons_ms = {
+        name: round(sum(v for k, v in per.items() if k.startswith(name + "/") and not k.endswith(" sys")) / 1000, 3)
+        for name in pids
+    }
+    return {
+        "variant": variant,
+        "round": n,
+        "mode": args.mode,
+        "clients": args.clients,
+        "messages_per_s": round(messages / (t1 - t0), 1),
+        "ran_dry": args.mode == "recv" and d1 == 0,  # empty receives counted: the figure is too high
+        "ms_per_message": round(total / 1000, 3),
+        "daemons_ms": daemons_ms,
+        "threads_us": per,
+        "load": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", action="append", required=True, help="NAME=PYTHONPATH ('-' for this checkout)")
+    ap.add_argument("--mode", choices=("send", "recv"), required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--prefill", type=int, default=50000, help="messages in the queue before a recv round")
+    ap.add_argument(
+        "--attach",
+        action="append",
+        default=[],
+        help="DAEMON=COMMAND run over the measured seconds ({pid}, {out}, {seconds}), e.g. a profiler",
+    )
+    ap.add_argument("--same-root", action="store_true", help="run every round on one root (a queue per round)")
+    ap.add_argument("--root", required=True, help="a directory; each round gets its own root in it")
+    args = ap.parse_args()
+    variants = [v.split("=", 1) for v in args.variant]
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
+    for n in range(1, args.rounds + 1):
+        # A B, then B A, ...: neither variant always runs after the other (a shared root ages between runs).
+        for name, path in variants if n % 2 else variants[::-1]:
+            res = one_round(name, path, args, n)
+            results[name].append(res)
+            print(json.dumps(res), flush=True)
+    for name, rounds in results.items():
+        figures = [r["ms_per_message"] for r in rounds]
+        rounds_text = " / ".join(f"{f:.3f}" for f in figures)
+        print(f"{name}: ms per message {rounds_text} (median {statistics.median(figures):.3f})")
+
+
+if __name__ == "__main__":
+    main()
