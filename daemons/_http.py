@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,10 +25,10 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from daemons import _auth
-from daemons._answers import batch_ids_answer, received_json, received_messages_answer
+from daemons._answers import received_json, received_messages_answer
 from daemons._broker import Broker
-from daemons._shapes import batch_entries, check_keys, failed_entry, parse_message_attributes, query_params
-from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes, attributes_size
+from daemons._shapes import check_keys, parse_message_attributes, query_params
+from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, attributes_size
 from mqcore.errors import (
     InvalidRequest,
     MessageTooLarge,
@@ -40,9 +39,6 @@ from mqcore.errors import (
 )
 from mqcore.model import ReceivedMessage
 from mqcore.names import (
-    MessageId,
-    QueueName,
-    ReceiptHandle,
     check_message_id,
     check_queue_name,
     is_fifo_queue,
@@ -62,16 +58,12 @@ from mqcore.service.requests import (
     check_after,
     check_message_size,
     check_prefix,
-    entry_size,
     partition_from_query,
     receive_args_from_query,
-    send_entry,
 )
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
 
-#: Most entries of a batch delete or batch change of visibility (SQS: 10).
-MAX_HANDLE_BATCH = 10
 #: Largest JSON body of the small JSON endpoints (attributes, visibility, batch delete), in bytes.
 SMALL_JSON_LIMIT_BYTES = 65_536
 
@@ -406,102 +398,6 @@ def sent_body(message_id: str) -> bytes:
     return b'{"message_id": "%s"}' % message_id.encode()
 
 
-_SEND_ENTRY_KEYS = (
-    "id",
-    "body",
-    "body_base64",
-    "content_type",
-    "attributes",
-    "delay_seconds",
-    "group_id",
-    "deduplication_id",
-)
-
-
-def _b64_body(encoded: object, where: str) -> bytes:
-    """A batch entry's ``body_base64`` decoded (RFC 4648, with padding; what ``b64decode(validate=True)`` does).
-
-    Raises:
-        InvalidRequest: Not a string, or not strict base64.
-    """
-    try:
-        if type(encoded) is not str:
-            raise TypeError
-        return binascii.a2b_base64(encoded, strict_mode=True)
-    except (TypeError, ValueError, binascii.Error):
-        raise InvalidRequest(
-            f"{where}.body_base64 must be a base64 string (RFC 4648, with padding)", field=f"{where}.body_base64"
-        ) from None
-
-
-def _send_entry(item: dict[str, Any], where: str, attrs: QueueAttributes, queue: QueueName) -> SendEntry:
-    """One entry of a batch send as a SendEntry (per-entry errors: InvalidRequest, InvalidAttribute)."""
-    if "body_base64" in item and (len(item) == 1 or (len(item) == 2 and "id" in item)):
-        # The usual entry, a body and an id: no other key to check, the queue's delay, no attributes.
-        return SendEntry(_b64_body(item["body_base64"], where), None, None, attrs.delay_seconds * 1000)
-    check_keys(item, _SEND_ENTRY_KEYS, where)
-    if ("body" in item) == ("body_base64" in item):
-        raise InvalidRequest(f"{where} needs exactly one of body and body_base64", field=where)
-    if "body" in item:
-        if not isinstance(item["body"], str):
-            raise InvalidRequest(f"{where}.body must be a string (stored as UTF-8)", field=f"{where}.body")
-        try:
-            body = item["body"].encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidRequest(f"{where}.body is not valid Unicode (lone surrogate)", field=f"{where}.body") from None
-    else:
-        body = _b64_body(item["body_base64"], where)
-    entry = send_entry(
-        body, item.get("content_type"), item.get("attributes"), item.get("delay_seconds"), attrs, where=f"{where}."
-    )
-    if "group_id" in item or "deduplication_id" in item:  # FIFO queues (docs/api.md)
-        group, dedup = fifo.fifo_fields(queue, item.get("group_id"), item.get("deduplication_id"), f"{where}.")
-        entry = replace(entry, group_id=group, dedup_id=dedup)
-    return entry
-
-
-async def send_batch(request: web.Request) -> web.Response:
-    """POST /<queue>/messages/batch {"entries": [...]} -> 200 {"successful", "failed"} (SQS SendMessageBatch).
-
-    ``{"messages": [...]}`` is accepted as an alias of ``entries`` (the form before issue 10).
-
-    Entries: {"id"?, "body" | "body_base64", "content_type"?, "attributes"?, "delay_seconds"?};
-    1..--max-batch-messages of them, ids distinct. Valid entries are written on several saver
-    threads at once and published with one group commit (Broker.send_batch, Broker._store_batch);
-    each invalid one fails alone (sender_fault true). The sum of the bodies (and attributes)
-    must fit max_message_bytes (413 for the whole request).
-    """
-    queue = check_queue_name(request.match_info["queue"])
-    query_params(request, ())
-    broker = request.app[BROKER]
-    state = await broker.queue_state(queue)
-    attrs = state.attrs
-    body = await read_json(request, broker.settings.batch_request_limit_bytes)
-    # "entries" as the batch delete and visibility take; "messages" is the older spelling, still accepted.
-    key = "messages" if isinstance(body, dict) and "messages" in body and "entries" not in body else "entries"
-    entries = batch_entries(body, key, broker.settings.max_batch_messages, default_ids=True)
-    failed: list[dict[str, Any]] = []
-    valid: list[tuple[str, SendEntry]] = []
-    for i, (entry_id, item) in enumerate(entries):
-        try:
-            valid.append((entry_id, _send_entry(item, f"{key}[{i}]", attrs, queue)))
-        except MQError as exc:
-            failed.append(failed_entry(entry_id, exc))
-    check_message_size(sum(entry_size(e) for _, e in valid), attrs)
-    successful: list[str] = []
-    if valid:
-        results = await broker.sender.send_batch(queue, [e for _, e in valid])
-        for (entry_id, _), result in zip(valid, results, strict=True):
-            if isinstance(result, MQError):
-                failed.append(failed_entry(entry_id, result))
-            else:
-                successful.append(f'{{"id": "{entry_id}", "message_id": "{result}"}}')
-    # json.dumps of {"successful": [{"id", "message_id"}], "failed": [...]}, preformatted: an entry id is
-    # 1-80 of [A-Za-z0-9_-] (batch_entries), a message id mq's own: neither needs escaping.
-    text = f'{{"successful": [{", ".join(successful)}], "failed": {json.dumps(failed)}}}'
-    return web.Response(text=text, content_type="application/json")
-
-
 _RECEIVE_PARAMS = (
     "max_messages",
     "wait_time_seconds",
@@ -685,13 +581,13 @@ async def change_visibility(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise InvalidRequest('the body must be a JSON object {"receipt_handle", "visibility_timeout_seconds"}')
     check_keys(body, ("receipt_handle", "visibility_timeout_seconds"), "the request")
-    timeout = _required_timeout(body, "")
+    timeout = required_timeout(body, "")
     handle = check_handle(body.get("receipt_handle"), queue, message_id)
     _, current, deadline = await request.app[BROKER].leases.change_visibility(queue, handle, timeout)
     return web.json_response({"message_id": message_id, "receipt_handle": current, "visibility_deadline_ms": deadline})
 
 
-def _required_timeout(obj: dict[str, Any], where: str) -> int:
+def required_timeout(obj: dict[str, Any], where: str) -> int:
     timeout = VISIBILITY_TIMEOUT_SECONDS.optional(obj.get("visibility_timeout_seconds"), key="field", where=where)
     if timeout is None:
         raise InvalidRequest(
@@ -699,87 +595,6 @@ def _required_timeout(obj: dict[str, Any], where: str) -> int:
             field=f"{where}visibility_timeout_seconds",
         )
     return timeout
-
-
-async def _run_entries(
-    entries: list[tuple[str, dict[str, Any]]], op: Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
-) -> web.Response:
-    """Run ``op`` on every entry concurrently (their fsyncs are group-committed); collect the batch answer."""
-
-    async def one(i: int, entry_id: str, item: dict[str, Any]) -> dict[str, Any] | MQError:
-        try:
-            return await op(entry_id, item, f"entries[{i}]")
-        except MQError as exc:
-            return exc
-
-    results = await asyncio.gather(*(one(i, entry_id, item) for i, (entry_id, item) in enumerate(entries)))
-    successful: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for (entry_id, _), result in zip(entries, results, strict=True):
-        if isinstance(result, MQError):
-            failed.append(failed_entry(entry_id, result))
-        else:
-            successful.append(result)
-    return web.json_response({"successful": successful, "failed": failed})
-
-
-async def delete_batch(request: web.Request) -> web.Response:
-    """POST /<queue>/messages/delete {"entries": [{"id", "receipt_handle" | "message_id"}]} (1-10)
-    -> 200 {"successful": [{"id"}], "failed": [...]} (SQS DeleteMessageBatch; by id as SoftLayer)."""
-    queue = check_queue_name(request.match_info["queue"])
-    query_params(request, ())
-    broker = request.app[BROKER]
-    entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
-    await broker.queue_state(queue)
-    errors: list[MQError | None] = [None] * len(entries)
-    targets: list[tuple[int, ReceiptHandle | MessageId]] = []
-    for i, (_, item) in enumerate(entries):
-        if len(item) == 2 and "receipt_handle" in item and "id" in item:  # the usual entry: nothing else to check
-            try:
-                targets.append((i, check_handle(item["receipt_handle"], queue)))
-            except MQError as exc:
-                errors[i] = exc
-            continue
-        where = f"entries[{i}]"
-        try:
-            check_keys(item, ("id", "receipt_handle", "message_id"), where)
-            if ("receipt_handle" in item) == ("message_id" in item):
-                raise InvalidRequest(f"{where} needs exactly one of receipt_handle and message_id", field=where)
-            if "receipt_handle" in item:
-                targets.append((i, check_handle(item["receipt_handle"], queue)))
-            else:
-                targets.append((i, check_message_id(item["message_id"])))
-        except MQError as exc:
-            errors[i] = exc
-    results = await broker.leases.delete_many(queue, [target for _, target in targets])
-    for (i, _), result in zip(targets, results, strict=True):
-        if isinstance(result, MQError):
-            errors[i] = result
-    pairs = list(zip((entry_id for entry_id, _ in entries), errors, strict=True))
-    return batch_ids_answer(
-        [entry_id for entry_id, error in pairs if error is None],
-        [failed_entry(entry_id, error) for entry_id, error in pairs if error is not None],
-    )
-
-
-async def visibility_batch(request: web.Request) -> web.Response:
-    """POST /<queue>/messages/visibility {"entries": [{"id", "receipt_handle", "visibility_timeout_seconds"}]}
-    (1-10) -> 200 {"successful": [{"id", "receipt_handle", "visibility_deadline_ms"}], "failed": [...]}
-    (SQS ChangeMessageVisibilityBatch)."""
-    queue = check_queue_name(request.match_info["queue"])
-    query_params(request, (), '{"entries": [{"id", "receipt_handle", "visibility_timeout_seconds"}]}')
-    broker = request.app[BROKER]
-    entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
-    await broker.queue_state(queue)
-
-    async def op(entry_id: str, item: dict[str, Any], where: str) -> dict[str, Any]:
-        check_keys(item, ("id", "receipt_handle", "visibility_timeout_seconds"), where)
-        timeout = _required_timeout(item, f"{where}.")
-        handle = check_handle(item.get("receipt_handle"), queue)
-        _, current, deadline = await broker.leases.change_visibility(queue, handle, timeout)
-        return {"id": entry_id, "receipt_handle": current, "visibility_deadline_ms": deadline}
-
-    return await _run_entries(entries, op)
 
 
 # -- redrive -------------------------------------------------------------------

@@ -52,13 +52,13 @@ import click
 from aiohttp import web
 
 from daemons import _auth, _bulk, _fastpath, _listen, _processes, _runtime, _watchdog
+from daemons._batches import delete_batch, send_batch, visibility_batch
 from daemons._broker import Broker
 from daemons._console import add_console_routes
 from daemons._http import (
     BROKER,
     cancel_redrive,
     change_visibility,
-    delete_batch,
     delete_message,
     delete_queue,
     errors_middleware,
@@ -72,10 +72,8 @@ from daemons._http import (
     put_attributes,
     put_queue,
     receive_message,
-    send_batch,
     send_message,
     start_redrive,
-    visibility_batch,
 )
 from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
