@@ -1,0 +1,163 @@
+"""Lone operations on the loop thread (``mq --inline-io``, daemons/_inline.py): same durability, same order.
+
+A send, receive or delete with no other one beside it does its file work on mq's
+event loop; any concurrency keeps the saver, fetcher and remover threads. These
+tests mix both on real daemons and check what a user relies on: every 201 survives
+a SIGKILL, a message whose 201 came before another was sent is received first
+(docs/api.md), ``never`` keeps every file operation on the threads, and a
+network or FUSE filesystem never gets the loop blocked on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from daemons._inline import inline_allowed
+from mqcore.fsinfo import mount_of
+from mqcore.names import QueueName
+from mqcore.protocol import Store
+
+#: A mount table of the kinds a root can be on (the lines as /proc/mounts shows them).
+MOUNTS = """\
+/dev/vda / ext4 rw,relatime 0 0
+/dev/vdb /srv/xfs xfs rw,relatime,attr2,inode64 0 0
+/dev/vdc /srv/btrfs btrfs rw,relatime,space_cache=v2 0 0
+tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0
+overlay /var/lib/docker/overlay2/x/merged overlay rw,lowerdir=/l,upperdir=/u,workdir=/w 0 0
+127.0.0.2:/mqvol /mnt/gluster fuse.glusterfs rw,relatime,user_id=0,group_id=0,allow_other 0 0
+srv:/export /mnt/nfs nfs4 rw,relatime,vers=4.2,hard,proto=tcp 0 0
+//srv/share /mnt/cifs cifs rw,relatime,vers=3.0 0 0
+sshfs#me@host: /mnt/sshfs fuse rw,nosuid,nodev 0 0
+/dev/vdd /srv/odd zonefs rw 0 0
+"""
+
+
+def test_inline_io_only_on_local_filesystems_and_never_when_told(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(MOUNTS)
+
+    def allowed(path: str, mode: str = "auto") -> bool:
+        return inline_allowed(mode, mount_of(path, str(mounts)))
+
+    for local in ("/var/lib/mq", "/srv/xfs/mq", "/srv/btrfs/mq", "/dev/shm/mq", "/var/lib/docker/overlay2/x/merged/mq"):
+        assert allowed(local), local
+        assert not allowed(local, "never"), local
+    for remote in ("/mnt/gluster/mq", "/mnt/nfs/mq", "/mnt/cifs/mq", "/mnt/sshfs/mq"):
+        assert not allowed(remote), remote  # a hung server would hang every connection of the loop
+    assert not allowed("/srv/odd/mq")  # a type not known to be local: the threads, as before
+    assert not inline_allowed("auto", None)  # /proc/mounts unreadable: nothing known
+    # This machine's own table: the tests' temporary directory is on a local disk or tmpfs.
+    here = mount_of(tmp_path)
+    assert here is not None and inline_allowed("auto", here) == (here.fstype in ("ext4", "xfs", "btrfs", "tmpfs"))
+
+
+def threads_of(pid: int) -> int:
+    """Threads of a process (Linux: /proc/<pid>/task)."""
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@pytest.mark.parametrize("mode", ["auto", "never"])
+async def test_never_uses_the_threads_and_auto_leaves_a_lone_client_without_them(mode, stack_factory, tmp_path, wait):
+    root = tmp_path / "root"
+    root.mkdir()
+    queue = QueueName("lone")
+    store = Store(str(root))
+    store.create_queue(queue)  # made before mq starts: no HTTP request of mq's own starts a saver for it
+    store.close()
+    # No rescan in the test's time: a rescan's directory checks run on a saver.
+    stack = stack_factory(root=root, mq_args=["--inline-io", mode, "--rescan-interval", "3600"])
+    await wait(lambda: f"inline io {'on' if mode == 'auto' else 'off'} (--inline-io {mode}" in stack.mq.log)
+    pid = stack.mq.pid
+
+    await stack.send(queue, b"first")  # loads the queue's index on its fetcher thread, which starts it
+    after_first = threads_of(pid)
+    for i in range(10):
+        await stack.send(queue, b"m%d" % i)
+    after_sends = threads_of(pid)
+    got = []
+    for _ in range(11):
+        reply = await stack.receive(queue)
+        assert reply.status == 200, reply.body
+        got.append(reply.body)
+        deleted = await stack.delete(queue, reply.header("X-Message-Id"))
+        assert deleted.status == 200, deleted.body
+    assert got == [b"first"] + [b"m%d" % i for i in range(10)]
+    after_deletes = threads_of(pid)
+    assert (await stack.receive(queue)).status == 204
+    if mode == "auto":  # one client at a time: every send, receive and delete on the loop thread
+        assert (after_sends, after_deletes) == (after_first, after_first), stack.mq.log_tail()
+    else:  # the first send started a saver; the first delete the remover
+        assert after_first <= after_sends < after_deletes, (after_first, after_sends, after_deletes)
+
+
+async def test_lone_and_pooled_sends_mixed_keep_order_and_survive_a_kill(stack_factory, tmp_path, wait):
+    """One client sends one message at a time (lone: on the loop), others send in bursts (the savers).
+
+    docs/api.md: a message whose 201 came before another was sent is received first. Every
+    201 survives a SIGKILL of mq right after it.
+    """
+    stack = stack_factory(mq_args=["--inline-io", "auto"])
+    queue = "mixed"
+    await stack.create_queue(queue)
+    #: body -> (monotonic time its send started, monotonic time its 201 came)
+    sent: dict[bytes, tuple[float, float]] = {}
+
+    async def send(body: bytes) -> None:
+        start = time.monotonic()
+        await stack.send(queue, body)
+        sent[body] = (start, time.monotonic())
+
+    async def lone_client() -> None:
+        for i in range(60):
+            await send(b"lone-%03d" % i)
+
+    async def bursts() -> None:
+        for k in range(12):
+            await asyncio.gather(*(send(b"burst-%02d-%d" % (k, j)) for j in range(6)))
+            await asyncio.sleep(0.005 * (k % 3))
+
+    await asyncio.gather(lone_client(), bursts())
+    assert len(sent) == 60 + 72
+
+    stack.mq.kill()  # SIGKILL: every 201 above must be on disk
+    await stack.mq.arestart()
+    received: list[bytes] = []
+    while True:
+        reply = await stack.receive(queue)
+        if reply.status == 204:
+            break
+        assert reply.status == 200, reply.body
+        received.append(reply.body)
+        assert (await stack.delete(queue, reply.header("X-Message-Id"))).status == 200
+    assert sorted(received) == sorted(sent), "lost or duplicated after the kill"
+    position = {body: i for i, body in enumerate(received)}
+    lone = [b for b in received if b.startswith(b"lone-")]
+    assert lone == sorted(lone), "one client's sequential sends out of order"
+    # Across all senders: acknowledged before the other was sent => received before it.
+    by_ack = sorted(sent, key=lambda b: sent[b][1])
+    for earlier in by_ack:
+        for later in sent:
+            if sent[earlier][1] < sent[later][0]:
+                assert position[earlier] < position[later], (earlier, later, sent[earlier], sent[later])
+
+
+async def test_a_lone_send_waits_for_nothing_but_a_queued_send_is_not_overtaken(stack_factory, tmp_path):
+    """Sends started together (one of them alone at first) are all stored and answered once each."""
+    stack = stack_factory(mq_args=["--inline-io", "auto"])
+    queue = "together"
+    await stack.create_queue(queue)
+    for round_ in range(5):
+        ids = await asyncio.gather(*(stack.send(queue, b"r%d-%d" % (round_, j)) for j in range(1 + round_ * 3)))
+        assert len(set(ids)) == len(ids)
+    seen = []
+    while (reply := await stack.receive(queue)).status == 200:
+        seen.append(reply.body)
+        assert (await stack.delete(queue, reply.header("X-Message-Id"))).status == 200
+    assert len(seen) == sum(1 + r * 3 for r in range(5))
+    # Rounds were sequential: every message of round r is received before any of round r + 1.
+    rounds = [int(body.split(b"-")[0][1:]) for body in seen]
+    assert rounds == sorted(rounds)
