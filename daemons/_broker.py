@@ -126,6 +126,11 @@ class Broker:
         await self.queues.close()
         self.leases.close()
         self.savers.shutdown(wait=True)
+        logger.info(
+            "inline io: %d of %d single sends, receives' lease rounds and single deletes done on the loop thread",
+            self.lone.inline,
+            self.lone.entered,
+        )
         self.store.close()
         self.health.close()
 
@@ -311,7 +316,8 @@ class Broker:
         order). Receives do not wait for each other's round trip: the receives
         that arrive together are leased in one batch of the fetcher and
         answered with one wake of the loop. A purge or a queue deletion holds
-        the fetcher's lock: a receive arriving meanwhile waits for it.
+        the fetcher's lock: a receive arriving meanwhile waits for it. A lone
+        receive (:mod:`daemons._inline`) leases its names on the loop thread.
 
         An answer holds each message at most once. A message leased by an
         earlier round trip of this call can be ready again before the next

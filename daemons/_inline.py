@@ -45,6 +45,13 @@ __all__ = ["INLINE_IO_MODES", "LOCAL_TYPES", "LoneOps", "inline_allowed"]
 #: Values of ``--inline-io``: ``auto`` (lone operations inline on a local filesystem) or ``never``.
 INLINE_IO_MODES = ("auto", "never")
 
+#: Operations in a row that must find no other one in flight before the next may go inline. Under
+#: concurrency most operations find one (and reset the count), so they go to the threads at once,
+#: without :meth:`LoneOps.enter`'s yield: a yield there would hand the first operation of a group
+#: over one loop iteration after the others, splitting the threads' batches (an extra fsync of
+#: ``remove/`` for the deletes, an extra wake of a fetcher).
+LONE_STREAK = 4
+
 #: Filesystem types (``/proc/mounts``' third field) of local disks and memory, whose fsync and rename
 #: never wait for another host. Anything else (``fuse.*``, nfs, cifs, ceph, an unknown type, or no
 #: entry at all) keeps every file operation on the threads.
@@ -83,24 +90,36 @@ class LoneOps:
         enabled: :func:`inline_allowed`'s answer; False: :meth:`enter` always answers False.
     """
 
-    __slots__ = ("active", "enabled", "inline")
+    __slots__ = ("active", "enabled", "entered", "inline", "streak")
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         #: Operations between :meth:`enter` and :meth:`leave`.
         self.active = 0
-        #: Operations that were told they are alone (for tests and benchmarks; grows for ever).
+        #: Operations in a row that found no other one in flight (up to :data:`LONE_STREAK`).
+        self.streak = 0
+        #: Operations that asked (:meth:`enter`), and those told they are alone (mq logs both when it stops).
+        self.entered = 0
         self.inline = 0
 
     async def enter(self) -> bool:
         """Count this operation; True if it is the only one (do its file work on the loop thread).
 
-        The first of several requests read together yields to the loop once before it decides,
-        so that the others reach :meth:`enter` first and it sees them. Cancelled meanwhile
-        (the client went away), it is uncounted again and the cancellation goes on.
+        False at once if another is in flight, or if one was during the last :data:`LONE_STREAK`
+        operations. Else it yields to the loop once before it decides, so that requests read in the
+        same loop iteration as this one reach :meth:`enter` first and it sees them (a burst after
+        a quiet spell: none of it goes inline). Cancelled meanwhile (the client went away), it is
+        uncounted again and the cancellation goes on.
         """
         self.active += 1
-        if not self.enabled or self.active > 1:
+        self.entered += 1
+        if self.active > 1:
+            self.streak = 0
+            return False
+        if not self.enabled:
+            return False
+        if self.streak < LONE_STREAK:  # company lately: use the threads until it has been gone a while
+            self.streak += 1
             return False
         try:
             await asyncio.sleep(0)
@@ -108,6 +127,7 @@ class LoneOps:
             self.active -= 1
             raise
         if self.active > 1:
+            self.streak = 0
             return False
         self.inline += 1
         return True

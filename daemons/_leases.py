@@ -6,8 +6,9 @@ file is now, so the usual delete or change of visibility is one rename) and
 the operations that end or move a lease: DeleteMessage (by receipt handle),
 DeleteMessageBatch, the native delete by id, ChangeMessageVisibility. The
 deletes' renames run on one remover thread (:class:`daemons._handoff.Handoff`)
-whose batches are made durable by one fsync of ``remove/`` (group commit);
-a change of visibility runs on a saver thread. After each, the queue's index
+whose batches are made durable by one fsync of ``remove/`` (group commit),
+or, for a lone delete (:mod:`daemons._inline`), on the loop thread, its rename
+then that fsync; a change of visibility runs on a saver thread. After each, the queue's index
 and wake-ups (:class:`daemons._queues.QueueStates`) are brought up to date on
 the loop.
 

@@ -30,6 +30,10 @@ order), then leaves the job with the directory's group commit
 work: the thread that leads the directory's fsyncs completes every job its
 round covered. A job's result is delivered only after its file fsyncs, its
 renames and the fsync of each directory they went to (docs/protocol.md 6.2).
+
+A lone single send (:mod:`daemons._inline`: no other send, receive or delete in
+flight in the process, on a local filesystem) skips both crossings:
+:meth:`Savers.send_here` runs the same steps on the event loop's thread.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ signal up to ``capacity_wait_seconds``), stores them with the daemon's savers
 (:class:`daemons._savers.Savers`: one hand-off to a thread per request,
 one loop wake-up per group commit; a FIFO queue's sends are one call on a
 saver, in order with deduplication), then indexes the new ready names and
-wakes the queue's long polls.
+wakes the queue's long polls. A lone single send (:mod:`daemons._inline`)
+is written on the loop thread instead, with the same steps.
 """
 
 from __future__ import annotations
