@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from daemons._inline import LONE_STREAK, LoneOps
 from daemons._savers import Savers
 from mqcore.errors import QueueNotFound
+from mqcore.names import QueueName
 from mqcore.protocol import SendEntry, Store
 
 
@@ -66,26 +71,30 @@ async def test_a_cancelled_operation_is_uncounted():
     assert task.cancelled() and lone.active == 0
 
 
-async def test_send_here_writes_on_the_calling_thread_with_the_savers_steps(tmp_path):
+@pytest.fixture
+def savers(tmp_path: Path) -> Iterator[Savers]:
+    """A pool of two savers over a store with queue ``q``, shut down after the test."""
     store = Store(str(tmp_path / "root"))
-    store.create_queue("q")
+    store.create_queue(QueueName("q"))
+    pool = Savers(store, workers=2)
+    yield pool
+    pool.shutdown(wait=True)
+    store.close()
+
+
+async def test_send_here_writes_on_the_calling_thread_with_the_savers_steps(savers, tmp_path):
     before = saver_threads_named()
-    savers = Savers(store, workers=2)
-    try:
-        ids = []
-        for i in range(5):
-            future = savers.send_here("q", [SendEntry(body=b"m%d" % i)])
-            assert future.done()  # nobody else leads the directory's fsync: this thread did
-            (message_id,) = future.result()
-            ids.append(message_id)
-        assert saver_threads_named() == before  # no saver started
-        names = sorted(n for n in os.listdir(tmp_path / "root" / "queues" / "q") if not n.startswith("."))
-        assert [n.partition(".")[0] for n in names] == ids == sorted(ids)
-        assert os.listdir(tmp_path / "root" / "new") == []
-        (missing,) = await savers.send_here("nope", [SendEntry(body=b"x")])
-        assert isinstance(missing, QueueNotFound)  # as from a saver: nothing written
-        pooled = await savers.send("q", [SendEntry(body=b"after")])  # the pool still works beside it
-        assert pooled[0] > ids[-1]
-    finally:
-        savers.shutdown(wait=True)
-        store.close()
+    ids = []
+    for i in range(5):
+        future = savers.send_here("q", [SendEntry(body=b"m%d" % i)])
+        assert future.done()  # nobody else leads the directory's fsync: this thread did
+        (message_id,) = future.result()
+        ids.append(message_id)
+    assert saver_threads_named() == before  # no saver started
+    names = sorted(n for n in os.listdir(tmp_path / "root" / "queues" / "q") if not n.startswith("."))
+    assert [n.partition(".")[0] for n in names] == ids == sorted(ids)
+    assert os.listdir(tmp_path / "root" / "new") == []
+    (missing,) = await savers.send_here("nope", [SendEntry(body=b"x")])
+    assert isinstance(missing, QueueNotFound)  # as from a saver: nothing written
+    pooled = await savers.send("q", [SendEntry(body=b"after")])  # the pool still works beside it
+    assert pooled[0] > ids[-1]
