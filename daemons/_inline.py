@@ -12,13 +12,14 @@ and fsync of ``remove/``) on the loop thread itself, with the same calls, in the
 same order, with the same errors, as the thread would have made.
 
 "Lone" means: this is the only send, receive or delete of this process that has
-reached its file work and not finished it (:class:`LoneOps`). Requests that
-arrive together are all counted before any of them decides (the first one
-yields to the loop once, so the others that were read in the same loop
-iteration reach their decision point too); any of them then sees company and
-uses the threads exactly as before (savers with their group commit, fetcher
-batches, the remover's batched fsync of ``remove/``). So under concurrency
-nothing changes; at one client nothing waits for a thread.
+reached its file work and not finished it, and so were the last
+:data:`LONE_STREAK` ones (:class:`LoneOps`). Requests that arrive together are
+all counted before any of them decides (the first one yields to the loop once,
+so the others that were read in the same loop iteration reach their decision
+point too); any of them then sees company and uses the threads exactly as
+before (savers with their group commit, fetcher batches, the remover's batched
+fsync of ``remove/``). So under concurrency nothing changes; at one client
+nothing waits for a thread.
 
 The price: while the loop does a lone operation's file work it serves nothing
 else. A request that arrives meanwhile waits for the rest of that one operation
