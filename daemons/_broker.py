@@ -28,6 +28,7 @@ from daemons import _runtime
 from daemons._fifo_wakes import FifoWakes
 from daemons._handoff import Handoff
 from daemons._health import Health
+from daemons._inline import LoneOps, inline_allowed
 from daemons._leases import Leases
 from daemons._metrics import BrokerMetrics
 from daemons._queue_list import QueueNames
@@ -76,6 +77,14 @@ class Broker:
         self._room = self.queues.room
         #: The filesystem of the root (None if /proc/mounts cannot tell).
         self.mount = self.queues.mount
+        #: Lone sends, receives and deletes do their file work on the loop thread (local filesystems only).
+        self.lone = LoneOps(inline_allowed(settings.inline_io, self.mount))
+        logger.info(
+            "inline io %s (--inline-io %s, root on %s)",
+            "on" if self.lone.enabled else "off",
+            settings.inline_io,
+            self.mount.fstype if self.mount is not None else "an unknown filesystem",
+        )
         self._attempt_locks: KeyedLocks[asyncio.Lock] = KeyedLocks(asyncio.Lock)
         self.stopping = False
         #: Requests and connections refused to protect mq, by reason (connections, body_timeout,
@@ -84,7 +93,7 @@ class Broker:
         self.metrics = BrokerMetrics(self)
         self.counts = self.metrics.counts
         #: Deletes and changes of visibility, the remover thread, the memory of this daemon's leases.
-        self.leases = Leases(self.store, self.queues, self.savers, self.counts)
+        self.leases = Leases(self.store, self.queues, self.savers, self.counts, self.lone)
         self.health = Health(settings.root, settings.min_free_bytes)
         self.sender = Sender(self)
         self.redrives = RedriveRunner(self)
@@ -117,6 +126,11 @@ class Broker:
         await self.queues.close()
         self.leases.close()
         self.savers.shutdown(wait=True)
+        logger.info(
+            "inline io: %d of %d single sends, receives' lease rounds and single deletes done on the loop thread",
+            self.lone.inline,
+            self.lone.entered,
+        )
         self.store.close()
         self.health.close()
 
@@ -302,7 +316,8 @@ class Broker:
         order). Receives do not wait for each other's round trip: the receives
         that arrive together are leased in one batch of the fetcher and
         answered with one wake of the loop. A purge or a queue deletion holds
-        the fetcher's lock: a receive arriving meanwhile waits for it.
+        the fetcher's lock: a receive arriving meanwhile waits for it. A lone
+        receive (:mod:`daemons._inline`) leases its names on the loop thread.
 
         An answer holds each message at most once. A message leased by an
         earlier round trip of this call can be ready again before the next
@@ -352,8 +367,7 @@ class Broker:
                             continue
                         break
                     popped = True
-                    outcome = await fetcher.thread.run(
-                        lease_names,
+                    lease = (
                         self.store,
                         queue,
                         names,
@@ -361,6 +375,15 @@ class Broker:
                         state.policy,
                         room if fifo else None,
                     )
+                    try:
+                        here = await self.lone.enter()
+                    except BaseException:  # cancelled before the lease: the names stay ready
+                        index.update(names)
+                        raise
+                    try:  # alone: leased on the loop thread (daemons/_inline.py), else on the fetcher
+                        outcome = lease_names(*lease) if here else await fetcher.thread.run(lease_names, *lease)
+                    finally:
+                        self.lone.leave()
                     index.update(outcome.untried)
                     held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
                     if fifo:

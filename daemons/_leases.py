@@ -6,8 +6,9 @@ file is now, so the usual delete or change of visibility is one rename) and
 the operations that end or move a lease: DeleteMessage (by receipt handle),
 DeleteMessageBatch, the native delete by id, ChangeMessageVisibility. The
 deletes' renames run on one remover thread (:class:`daemons._handoff.Handoff`)
-whose batches are made durable by one fsync of ``remove/`` (group commit);
-a change of visibility runs on a saver thread. After each, the queue's index
+whose batches are made durable by one fsync of ``remove/`` (group commit),
+or, for a lone delete (:mod:`daemons._inline`), on the loop thread, its rename
+then that fsync; a change of visibility runs on a saver thread. After each, the queue's index
 and wake-ups (:class:`daemons._queues.QueueStates`) are brought up to date on
 the loop.
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 
 from daemons._handoff import Handoff
+from daemons._inline import LoneOps
 from daemons._metrics import BrokerCounts
 from daemons._queues import QueueStates
 from daemons._savers import Savers
@@ -42,11 +45,12 @@ class Leases:
         counts: The per-queue counters (``deleted``).
     """
 
-    def __init__(self, store: Store, queues: QueueStates, savers: Savers, counts: BrokerCounts) -> None:
+    def __init__(self, store: Store, queues: QueueStates, savers: Savers, counts: BrokerCounts, lone: LoneOps) -> None:
         self.store = store
         self.queues = queues
         self.savers = savers
         self.counts = counts
+        self.lone = lone
         #: Where this daemon's leases are now (hints that make deletes and changes of visibility one rename).
         self.memory = LeaseMemory()
         #: The deletes' thread: their renames into ``remove/`` in batches, one fsync of ``remove/`` per batch.
@@ -91,7 +95,7 @@ class Leases:
         if indexed:
             ready_hints.insert(0, indexed)
         in_flight_hint = [in_flight] if in_flight else []
-        where = await self.remover.run(
+        where = await self._remove(
             lambda: self.store.delete(
                 queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
             )
@@ -120,9 +124,29 @@ class Leases:
             MessageNotFound: Already gone (404).
         """
         hint = self.memory.current(handle)
-        where = await self.remover.run(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
+        where = await self._remove(lambda: self.store.delete_by_handle(queue, handle, hint, sync=False))
         self._deleted_by_handles(queue, [(handle, where)])
         return handle.message_id, where
+
+    async def _remove(self, rename: Callable[[], str]) -> str:
+        """One delete's ``rename`` into ``remove/`` made durable by an fsync of ``remove/``; where it was.
+
+        Alone (daemons/_inline.py), both on the loop thread: the rename, then the fsync (if the
+        rename raised, no fsync, as the remover skips its step for a batch without a success).
+        Else on the remover thread, the fsync shared by its batch.
+
+        Raises:
+            MQError: What ``rename`` raised, or StorageUnavailable: the fsync of ``remove/`` failed.
+        """
+        here = await self.lone.enter()
+        try:
+            if not here:
+                return await self.remover.run(rename)
+            where = rename()
+            self._sync_removed()
+            return where
+        finally:
+            self.lone.leave()
 
     def _deleted_by_handles(self, queue: QueueName, deleted: list[tuple[ReceiptHandle, str]]) -> None:
         """After deletes by handle (loop thread): forget the leases, wake who may be waiting, count them.
@@ -170,12 +194,15 @@ class Leases:
                     out.append(exc)
             return out
 
+        self.lone.hold()  # always the remover (one job for the batch); counted, so no lone delete runs beside it
         try:
             wheres = await self.remover.run(delete_all)
         except MQError as exc:  # the batch's fsync of remove/ failed: none of its renames is durable
             if len(out) != len(handles):  # the job itself failed
                 return [copy.copy(exc) for _ in handles]
             return [where if isinstance(where, MQError) else copy.copy(exc) for where in out]
+        finally:
+            self.lone.leave()
         results: list[tuple[str, str] | MQError] = []
         deleted: list[tuple[ReceiptHandle, str]] = []
         for handle, where in zip(handles, wheres, strict=True):

@@ -69,13 +69,22 @@ class LoopDelivery:
         self._wake_pending = False  # before draining: an outcome appended after this wakes the loop again
         done = self._done
         while done:
-            future, ok, value = done.popleft()
-            if future.done():  # cancelled: the client went away (the work was done all the same)
-                continue
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
+            settle(done.popleft())
+
+
+def settle(outcome: Outcome) -> None:
+    """Set ``outcome`` on its future, on the future's loop thread (skipped if the future was cancelled).
+
+    Args:
+        outcome: (future, True and its result) or (future, False and the exception to raise).
+    """
+    future, ok, value = outcome
+    if future.done():  # cancelled: the client went away (the work was done all the same)
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 _deliveries: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopDelivery] = weakref.WeakKeyDictionary()

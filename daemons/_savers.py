@@ -30,6 +30,10 @@ order), then leaves the job with the directory's group commit
 work: the thread that leads the directory's fsyncs completes every job its
 round covered. A job's result is delivered only after its file fsyncs, its
 renames and the fsync of each directory they went to (docs/protocol.md 6.2).
+
+A lone single send (:mod:`daemons._inline`: no other send, receive or delete in
+flight in the process, on a local filesystem) skips both crossings:
+:meth:`Savers.send_here` runs the same steps on the event loop's thread.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
-from daemons._loopdelivery import LoopDelivery, delivery_for
+from daemons._loopdelivery import LoopDelivery, delivery_for, settle
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName
 from mqcore.protocol import PendingMessage, SendEntry, Store
@@ -66,6 +70,7 @@ class SaveJob:
         "bounds",
         "entries",
         "future",
+        "here",
         "ids",
         "parts_done",
         "queue",
@@ -98,6 +103,9 @@ class SaveJob:
         #: Directory fsyncs the job waits for, and a count of those done (as ``parts_done``).
         self.syncs = 0
         self.syncs_done = itertools.count(1)
+        #: The thread writing the job itself (:meth:`Savers.send_here`), whose own finish sets the future
+        #: directly; 0: a saver's job, always handed back through the loop's delivery.
+        self.here = 0
 
 
 class _Call:
@@ -166,6 +174,30 @@ class Savers(Executor):
         if len(entries) > 1 and self._free() > 1:  # a part per file: the files' fsyncs overlap on the free savers
             job.bounds = list(range(len(entries) + 1))
         self._put([(job, k) for k in range(len(job.bounds) - 1)])
+        return job.future
+
+    def send_here(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
+        """:meth:`send` written on the calling thread, the event loop's (a lone send: daemons/_inline.py).
+
+        The same steps as a saver's, in the same order (the queue's check, the ids, each file
+        created, written and fsynced, the renames, the directory's group commit), so the same
+        outcome for every entry. The returned future is usually done already: unless another
+        thread is leading a round of the directory's fsyncs when this one's renames are made,
+        this thread leads it itself and waits for it (the loop serves nothing meanwhile). If one is,
+        this send is left with it and the future is resolved through the loop's delivery, as a
+        saver's job would be.
+
+        Raises:
+            RuntimeError: The pool was shut down.
+        """
+        if self._closed:
+            raise RuntimeError("mq savers: cannot run a job after shutdown")
+        job = SaveJob(queue, entries, self._bound_loop().create_future())
+        job.here = threading.get_ident()
+        try:
+            self._write(job, 0)
+        except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), as from a saver
+            self._finish(job, exc)
         return job.future
 
     def _free(self) -> int:
@@ -381,8 +413,16 @@ class Savers(Executor):
         return done
 
     def _finish(self, job: SaveJob, exc: BaseException | None) -> None:
-        """Hand ``job`` back to the loop; one wake-up covers every job finished before the loop gets to them."""
-        self._delivery_of(job.future).put((job.future, True, job.results) if exc is None else (job.future, False, exc))
+        """Hand ``job`` back to the loop; one wake-up covers every job finished before the loop gets to them.
+
+        A job written by the loop thread itself (:meth:`send_here`) and finished there gets its
+        outcome at once, without a wake of the loop.
+        """
+        outcome = (job.future, True, job.results) if exc is None else (job.future, False, exc)
+        if job.here and job.here == threading.get_ident():
+            settle(outcome)
+            return
+        self._delivery_of(job.future).put(outcome)
 
     def _delivery_of(self, future: asyncio.Future[Any]) -> LoopDelivery:
         """The delivery of ``future``'s loop: the pool's (bound by the first job from a loop), or the loop's own."""

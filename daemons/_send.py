@@ -6,7 +6,8 @@ signal up to ``capacity_wait_seconds``), stores them with the daemon's savers
 (:class:`daemons._savers.Savers`: one hand-off to a thread per request,
 one loop wake-up per group commit; a FIFO queue's sends are one call on a
 saver, in order with deduplication), then indexes the new ready names and
-wakes the queue's long polls.
+wakes the queue's long polls. A lone single send (:mod:`daemons._inline`)
+is written on the loop thread instead, with the same steps.
 """
 
 from __future__ import annotations
@@ -86,12 +87,21 @@ class Sender:
             if not admitted:
                 broker.counts.add("capacity_rejected", queue)
                 raise queue_full(queue, state.attrs)
+        lone = broker.lone
         try:
             await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
             if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
-                message_id = await self.savers.run(fifo.send_entry, broker.store, queue, entry)
+                lone.hold()
+                try:
+                    message_id = await self.savers.run(fifo.send_entry, broker.store, queue, entry)
+                finally:
+                    lone.leave()
             else:
-                result = (await self.savers.send(queue, [entry]))[0]
+                here = await lone.enter()
+                try:  # alone: written on the loop thread (daemons/_inline.py), else by a saver
+                    result = (await (self.savers.send_here if here else self.savers.send)(queue, [entry]))[0]
+                finally:
+                    lone.leave()
                 if isinstance(result, MQError):
                     raise result
                 message_id = result
@@ -127,7 +137,11 @@ class Sender:
         try:
             if chosen:
                 await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
-                stored = await self._store_batch(queue, [entries[i] for i in chosen])
+                self.broker.lone.hold()  # always the savers (a file each, fsyncs in parallel); counted: see send
+                try:
+                    stored = await self._store_batch(queue, [entries[i] for i in chosen])
+                finally:
+                    self.broker.lone.leave()
                 ready = [
                     ready_name(result, 0)
                     for i, result in zip(chosen, stored, strict=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemons import _runtime
+from daemons._inline import INLINE_IO_MODES
 from mqcore.attributes import MAX_MESSAGE_BYTES, MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
 from mqcore.errors import ConfigError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES
@@ -81,6 +82,9 @@ class Settings:
     """Free bytes of the root's filesystem below which sends get 507 and ``/readyz`` 503 (0 = only when full)."""
     processes: int = 1
     """mq processes serving the port (1 = this one; more: a supervisor and N workers, daemons._processes)."""
+    inline_io: str = "auto"
+    """``auto``: a lone send, receive or delete does its file work on the event loop, on a local
+    filesystem only (daemons._inline); ``never``: always on the worker threads."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -120,6 +124,8 @@ class Settings:
         _runtime.positive("max-waiters", self.max_waiters)
         _runtime.positive("metrics-max-queues", self.metrics_max_queues, allow_zero=True)
         _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
+        if self.inline_io not in INLINE_IO_MODES:
+            raise ConfigError(f"inline-io must be auto or never, got {self.inline_io!r}", key="inline_io")
         if not 1 <= self.processes <= MAX_PROCESSES:
             raise ConfigError(f"processes must be 1-{MAX_PROCESSES} or auto, got {self.processes}", key="processes")
 

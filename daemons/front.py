@@ -407,6 +407,16 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     show_default=True,
     help="JSON file of access key id -> secret key; SQS requests must then be SigV4-signed with one.",
 )
+@click.option(
+    "--inline-io",
+    type=click.Choice(["auto", "never"]),
+    default="auto",
+    envvar="MQ_INLINE_IO",
+    show_envvar=True,
+    show_default=True,
+    help="auto: a lone send, receive or delete does its file work on the event loop, on a local filesystem "
+    "only (never on FUSE, NFS, CIFS); never: always on the worker threads.",
+)
 @_listen.security_options
 @click.pass_context
 def cli(ctx: click.Context, /, **values: Any) -> int:
@@ -439,6 +449,7 @@ def cli(ctx: click.Context, /, **values: Any) -> int:
         metrics_max_queues=values["metrics_max_queues"],
         min_free_bytes=values["min_free_bytes"],
         processes=values["processes"],
+        inline_io=values["inline_io"],
     )
     if settings.processes > 1:
         return _runtime.run(lambda: _processes.supervise(settings))
