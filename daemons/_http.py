@@ -101,12 +101,19 @@ async def error_answer(request: web.BaseRequest, error: Exception) -> web.Stream
         response.force_close()
         await response.prepare(request)
         await response.write_eof()
-        transport = request.transport
-        if transport is not None:  # FIN now (the client reads the 408), the socket closed a moment later
-            if transport.can_write_eof():
-                transport.write_eof()
-            asyncio.get_running_loop().call_later(1.0, transport.close)
+        if request.transport is not None:
+            cut(request.transport)
     return response
+
+
+def cut(transport: asyncio.Transport) -> None:
+    """End a connection after a 408: FIN now (the client reads the answer), the socket closed 1 s later.
+
+    Shared by :func:`error_answer` (aiohttp) and ``daemons._wire``.
+    """
+    if transport.can_write_eof():
+        transport.write_eof()
+    asyncio.get_running_loop().call_later(1.0, transport.close)
 
 
 def error_response(error: Exception, method: str, path: str) -> web.Response:

@@ -38,10 +38,12 @@ hang with the server, and every connection of the daemon would hang with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 from mqcore.fsinfo import MountInfo
 
-__all__ = ["INLINE_IO_MODES", "LOCAL_TYPES", "LoneOps", "inline_allowed"]
+__all__ = ["INLINE_IO_MODES", "LoneOps", "inline_allowed"]
 
 #: Values of ``--inline-io``: ``auto`` (lone operations inline on a local filesystem) or ``never``.
 INLINE_IO_MODES = ("auto", "never")
@@ -53,13 +55,6 @@ INLINE_IO_MODES = ("auto", "never")
 #: ``remove/`` for the deletes, an extra wake of a fetcher).
 LONE_STREAK = 4
 
-#: Filesystem types (``/proc/mounts``' third field) of local disks and memory, whose fsync and rename
-#: never wait for another host. Anything else (``fuse.*``, nfs, cifs, ceph, an unknown type, or no
-#: entry at all) keeps every file operation on the threads.
-LOCAL_TYPES = frozenset(
-    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "bcachefs", "jfs", "reiserfs", "zfs", "overlay"}
-)
-
 
 def inline_allowed(mode: str, mount: MountInfo | None) -> bool:
     """Whether lone operations may do their file work on the loop thread.
@@ -68,9 +63,9 @@ def inline_allowed(mode: str, mount: MountInfo | None) -> bool:
         mode: ``--inline-io``: ``"auto"`` or ``"never"``.
         mount: The mount of the root (:func:`mqcore.fsinfo.mount_of`), or None if unknown.
     Returns:
-        True only for ``auto`` on a mount whose type is in :data:`LOCAL_TYPES`.
+        True only for ``auto`` on a local filesystem (:attr:`mqcore.fsinfo.MountInfo.local`).
     """
-    return mode == "auto" and mount is not None and not mount.shared and mount.fstype in LOCAL_TYPES
+    return mode == "auto" and mount is not None and mount.local
 
 
 class LoneOps:
@@ -136,6 +131,15 @@ class LoneOps:
     def hold(self) -> None:
         """Count an operation that uses the threads whatever the others do (pair it with :meth:`leave`)."""
         self.active += 1
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """:meth:`hold` for the ``with`` block, :meth:`leave` at its end (an operation that always uses the threads)."""
+        self.hold()
+        try:
+            yield
+        finally:
+            self.leave()
 
     def leave(self) -> None:
         """Uncount an operation that :meth:`enter` or :meth:`hold` counted (exactly once, in a ``finally``)."""

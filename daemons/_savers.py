@@ -419,7 +419,7 @@ class Savers(Executor):
         outcome at once, without a wake of the loop.
         """
         outcome = (job.future, True, job.results) if exc is None else (job.future, False, exc)
-        if job.here and job.here == threading.get_ident():
+        if job.here == threading.get_ident():  # 0 (a saver's job) is no thread's ident
             settle(outcome)
             return
         self._delivery_of(job.future).put(outcome)

@@ -91,11 +91,8 @@ class Sender:
         try:
             await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
             if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
-                lone.hold()
-                try:
+                with lone.held():
                     message_id = await self.savers.run(fifo.send_entry, broker.store, queue, entry)
-                finally:
-                    lone.leave()
             else:
                 here = await lone.enter()
                 try:  # alone: written on the loop thread (daemons/_inline.py), else by a saver
@@ -137,11 +134,8 @@ class Sender:
         try:
             if chosen:
                 await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
-                self.broker.lone.hold()  # always the savers (a file each, fsyncs in parallel); counted: see send
-                try:
+                with self.broker.lone.held():  # always the savers (a file each, fsyncs in parallel); counted: see send
                     stored = await self._store_batch(queue, [entries[i] for i in chosen])
-                finally:
-                    self.broker.lone.leave()
                 ready = [
                     ready_name(result, 0)
                     for i, result in zip(chosen, stored, strict=True)

@@ -66,6 +66,7 @@ from daemons._broker import Broker
 from daemons._fastpath import DELETE_ROUTE, MESSAGES_ROUTE, FastPath
 from daemons._http import (
     body_timed_out,
+    cut,
     delete_of,
     error_response,
     receive_of,
@@ -436,9 +437,7 @@ class WireConnection(asyncio.BufferedProtocol):
             transport.write(reply.tail)
         if reply.cut:  # 408: FIN now (the client reads the answer), the socket closed a moment later
             self._closing = True
-            if transport.can_write_eof():
-                transport.write_eof()
-            self._loop.call_later(1.0, transport.close)
+            cut(transport)
             return
         if not keep_alive or self._closing:
             self._task = None

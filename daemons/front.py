@@ -75,6 +75,7 @@ from daemons._http import (
     send_message,
     start_redrive,
 )
+from daemons._inline import INLINE_IO_MODES
 from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
@@ -409,7 +410,7 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
 )
 @click.option(
     "--inline-io",
-    type=click.Choice(["auto", "never"]),
+    type=click.Choice(INLINE_IO_MODES),
     default="auto",
     envvar="MQ_INLINE_IO",
     show_envvar=True,

@@ -15,6 +15,13 @@ from dataclasses import dataclass
 #: Filesystem types (``/proc/mounts`` third field) whose files other hosts may change behind the
 #: local kernel's back. Any ``fuse.*`` type counts: a FUSE daemon may serve a network filesystem.
 SHARED_TYPES = frozenset({"nfs", "nfs4", "ceph", "cifs", "smb3", "9p", "lustre", "gpfs", "ocfs2", "gfs2", "afs"})
+#: Filesystem types of local disks and memory: one kernel's, whose ``rename(2)`` returns 0 only after it
+#: renamed and whose ``fsync`` never waits for another host. Anything else (shared, FUSE, unknown) is
+#: treated as possibly remote by the rules that need "local" (a lease's rename check, docs/protocol.md
+#: 13.5; lone operations on mq's loop thread, ``daemons._inline``).
+LOCAL_TYPES = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "bcachefs", "jfs", "reiserfs", "zfs", "overlay"}
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,11 @@ class MountInfo:
     def shared(self) -> bool:
         """True if other hosts may share this filesystem (network or FUSE)."""
         return self.fstype in SHARED_TYPES or self.fstype == "fuse" or self.fstype.startswith("fuse.")
+
+    @property
+    def local(self) -> bool:
+        """True for a local disk or memory filesystem (:data:`LOCAL_TYPES`); False for any other type."""
+        return self.fstype in LOCAL_TYPES
 
     @property
     def glusterfs(self) -> bool:

@@ -21,16 +21,16 @@ Clock = Callable[[], int]
 def renames_may_lie(root: str, mounts_file: str = "/proc/mounts") -> bool:
     """True unless ``root`` is on a local filesystem, whose ``rename(2)`` returns 0 only when it renamed.
 
-    A network or FUSE filesystem (:attr:`mqcore.fsinfo.MountInfo.shared`: GlusterFS's FUSE client,
-    docs/protocol.md 13.5), or one that cannot be told (no mount table), may answer 0 for a rename
-    that did nothing; a lease checks its new name there.
+    Any other filesystem (:attr:`mqcore.fsinfo.MountInfo.local` False: network, FUSE such as
+    GlusterFS's client, docs/protocol.md 13.5, or a type not known as local), or one that cannot be
+    told (no mount table), may answer 0 for a rename that did nothing; a lease checks its new name there.
 
     Args:
         root: The store's root (an existing directory).
         mounts_file: The mount table to read (a test may pass another).
     """
     mount = mount_of(root, mounts_file)
-    return mount is None or mount.shared
+    return mount is None or not mount.local
 
 
 def now_ms() -> int:
