@@ -1,0 +1,203 @@
+"""A/B of receive+delete (issue 12, stop 18): main's code against this tree's, at given client counts.
+
+Per round, each variant in turn (order A B / B A alternating) gets the three daemons on ONE
+root shared by all variants and rounds, the queue topped up to ``--depth`` ready messages
+(wrk, bench/run.py's prefill), then wrk's recv_delete.lua at each ``--clients`` for
+``--seconds``. Recorded per measurement: cycles/s, p99 of the requests, mq's CPU (user +
+system, /proc) per cycle, mq's voluntary and involuntary context switches per cycle
+(/proc/PID/status, all threads), and the three daemons' CPU per cycle. With ``--disk``
+each measurement is framed by bench/disk_loop.py's receive+delete loop at the same number of
+threads (before and after; the ratio is against their mean), as bar 3 is.
+
+A variant is ``NAME=PYTHONPATH[:mq args]``: ``main`` is ``--base`` (through ``PYTHONPATH``),
+``auto`` and ``never`` this tree with ``--inline-io auto`` / ``never``.
+
+    .venv/bin/python bench/recv_ab.py --base /work/mq-base --root /dev/shm/recv-ab \\
+        --clients 1,16 --rounds 4 --seconds 4 --output /tmp/recv-ab.json
+    .venv/bin/python bench/recv_ab.py --base /work/mq-base --root /var/tmp/recv-ab --disk \\
+        --clients 1,16 --rounds 4 --seconds 4 --output /tmp/recv-ab-disk.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+if str(REPO_DIR) not in sys.path:
+    sys.path.insert(0, str(REPO_DIR))
+
+from bench.disk_loop import receive_delete_loop  # noqa: E402
+from bench.run import Api, Bench, Config, CpuMeter, Daemons, Wrk, ensure_wrk, log  # noqa: E402
+
+QUEUE = "recv-ab"
+
+
+def _switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread of ``pid`` so far."""
+    vol = invol = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                vol += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                invol += int(line.split()[1])
+    return vol, invol
+
+
+def _measure(args: argparse.Namespace, name: str, variant: tuple[str | None, list[str]], wrk_exe: str) -> dict[str, Any]:
+    """Start the daemons of ``variant`` on the shared root, run recv_delete.lua at each client count, stop them."""
+    pythonpath, extra = variant
+    env_before = os.environ.get("PYTHONPATH")
+    if pythonpath is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = pythonpath
+    log_dir = Path(args.logs) / f"{name}-{time.monotonic_ns()}"
+    daemons = Daemons(Path(args.root) / "mq", log_dir, None, extra)
+    for key in ("RECVX_DELETE", "RECVX_LEASE"):
+        os.environ.pop(key, None)
+    os.environ.update(_X_ENV.get(name, {}))
+    try:
+        url = daemons.start()
+    finally:
+        if env_before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = env_before
+    api = Api(url)
+    out: dict[str, Any] = {"uptime": os.getloadavg()}
+    try:
+        api.create_queue(QUEUE)
+        cfg = Config(
+            duration_s=args.seconds,
+            depth=0,
+            shallow_depth=0,
+            disk_threads=1,
+            send_clients=[1],
+            recv_clients=args.clients,
+            drain_clients=1,
+            drain=False,
+            prefill_clients=16,
+            drain_timeout_s=60,
+        )
+        wrk = Wrk(wrk_exe, url, log_dir / "wrk")
+        bench = Bench(cfg, api, wrk, {"send": QUEUE}, daemons)
+        mq_pid = daemons.pids()["mq"]
+        for clients in args.clients:
+            bench.prefill(QUEUE, args.depth, what=f"{name} at {clients}")
+            loops = [_loop(args, clients)] if args.disk else []
+            meter = CpuMeter(daemons.pids())
+            sw0 = _switches(mq_pid)
+            run = wrk.run("recv_delete.lua", clients=clients, threads=None, queue=QUEUE, duration_s=args.seconds)
+            sw1 = _switches(mq_pid)
+            cpu = meter.stop()
+            if args.disk:
+                loops.append(_loop(args, clients))
+            cycles = max(1, run.counts.get("cycles", 0))
+            wall = cpu["wall_s"]
+            row: dict[str, Any] = {
+                "rate": round(run.rate("cycles"), 1),
+                "p99_ms": run.latency_ms()["p99"],
+                "empty": run.counts.get("empty", 0),
+                "mq_cpu_ms": round(cpu["mq_cpu_pct"] * wall * 10 / cycles, 4),
+                "daemons_cpu_ms": round(
+                    sum(v for k, v in cpu.items() if k in ("mq_cpu_pct", "mover_cpu_pct", "reaper_cpu_pct"))
+                    * wall
+                    * 10
+                    / cycles,
+                    4,
+                ),
+                "vol_switches": round((sw1[0] - sw0[0]) / cycles, 2),
+                "invol_switches": round((sw1[1] - sw0[1]) / cycles, 2),
+                "other_cpu_pct": cpu["other_cpu_pct"],
+            }
+            if loops:
+                loop_rate = statistics.mean(float(lp["msgs_per_s"]) for lp in loops)
+                row["disk_loop"] = [lp["msgs_per_s"] for lp in loops]
+                row["ratio"] = round(row["rate"] / loop_rate, 3)
+            log(f"  {name} {clients} clients: {row}")
+            out[f"clients_{clients}"] = row
+        return out
+    finally:
+        api.close()
+        daemons.stop()
+
+
+def _loop(args: argparse.Namespace, clients: int) -> dict[str, Any]:
+    """bench/disk_loop.py's receive+delete loop at ``clients`` threads on the root's filesystem."""
+    return receive_delete_loop(
+        Path(args.root) / "diskloop", threads=clients, duration_s=args.seconds, prefill=max(2000, int(args.seconds * 6000))
+    )
+
+
+def _variants(spec: str, base: str, snap: str | None) -> dict[str, tuple[str | None, list[str]]]:
+    known: dict[str, tuple[str | None, list[str]]] = {
+        "main": (base, []),
+        "auto": (snap, ["--inline-io", "auto"]),
+        "never": (snap, ["--inline-io", "never"]),
+        "leaseloop": (snap, ["--inline-io", "auto"]),
+        "delloop": (snap, ["--inline-io", "auto"]),
+        "threads": (snap, ["--inline-io", "auto"]),
+    }
+    return {name: known[name] for name in spec.split(",") if name}
+
+
+#: Temporary experiment switches (env of the daemons) per variant.
+_X_ENV = {"leaseloop": {"RECVX_DELETE": "remover"}, "delloop": {"RECVX_LEASE": "fetcher"},
+    "threads": {"RECVX_LEASE": "fetcher", "RECVX_DELETE": "remover"},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the A/B and write the JSON; returns the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, help="code tree of main (PYTHONPATH of the 'main' variant)")
+    parser.add_argument("--root", required=True, help="the one root of every variant (kept)")
+    parser.add_argument("--logs", default="/tmp/recv-ab-logs")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--depth", type=int, default=30000, help="ready messages before each measurement")
+    parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
+    parser.add_argument("--variants", default="main,auto")
+    parser.add_argument("--disk", action="store_true", help="frame each measurement by the disk loop")
+    parser.add_argument("--snap", help="code tree of this branch's variants (a copy, so edits do not leak in)")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    wrk_exe = ensure_wrk(False)
+    every = _variants(args.variants, args.base, args.snap)
+    names = list(every)
+    Path(args.root).mkdir(parents=True, exist_ok=True)
+    rounds: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        rounds.append({name: _measure(args, name, every[name], wrk_exe) for name in order})
+        Path(args.output).write_text(json.dumps({"args": vars(args), "rounds": rounds}, indent=1))
+    summary: dict[str, dict[str, Any]] = {}
+    for name in names:
+        for clients in args.clients:
+            rows = [rnd[name][f"clients_{clients}"] for rnd in rounds]
+            summary.setdefault(name, {})[f"clients_{clients}"] = {
+                key: {"median": round(statistics.median(row[key] for row in rows), 4), "rounds": [row[key] for row in rows]}
+                for key in rows[0]
+                if isinstance(rows[0][key], (int, float))
+            }
+    Path(args.output).write_text(json.dumps({"args": vars(args), "rounds": rounds, "summary": summary}, indent=1))
+    for name, per in summary.items():
+        for label, keys in per.items():
+            print(name, label, {k: v["median"] for k, v in keys.items()})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
