@@ -9,8 +9,8 @@ system, /proc) per cycle, mq's voluntary and involuntary context switches per cy
 each measurement is framed by bench/disk_loop.py's receive+delete loop at the same number of
 threads (before and after; the ratio is against their mean), as bar 3 is.
 
-A variant is ``NAME=PYTHONPATH[:mq args]``: ``main`` is ``--base`` (through ``PYTHONPATH``),
-``auto`` and ``never`` this tree with ``--inline-io auto`` / ``never``.
+Variants (``--variants``): ``main`` is ``--base`` (through ``PYTHONPATH``),
+``auto`` and ``never`` this tree with ``--inline-io auto`` / ``never``, ``NAME=PATH`` the code tree at PATH.
 
     .venv/bin/python bench/recv_ab.py --base /work/mq-base --root /dev/shm/recv-ab \\
         --clients 1,16 --rounds 4 --seconds 4 --output /tmp/recv-ab.json
@@ -65,9 +65,6 @@ def _measure(args: argparse.Namespace, name: str, variant: tuple[str | None, lis
         os.environ["PYTHONPATH"] = pythonpath
     log_dir = Path(args.logs) / f"{name}-{time.monotonic_ns()}"
     daemons = Daemons(Path(args.root) / "mq", log_dir, None, extra)
-    for key in ("RECVX_DELETE", "RECVX_LEASE"):
-        os.environ.pop(key, None)
-    os.environ.update(_X_ENV.get(name, {}))
     try:
         url = daemons.start()
     finally:
@@ -141,22 +138,23 @@ def _loop(args: argparse.Namespace, clients: int) -> dict[str, Any]:
     )
 
 
-def _variants(spec: str, base: str, snap: str | None) -> dict[str, tuple[str | None, list[str]]]:
-    known: dict[str, tuple[str | None, list[str]]] = {
-        "main": (base, []),
-        "auto": (snap, ["--inline-io", "auto"]),
-        "never": (snap, ["--inline-io", "never"]),
-        "leaseloop": (snap, ["--inline-io", "auto"]),
-        "delloop": (snap, ["--inline-io", "auto"]),
-        "threads": (snap, ["--inline-io", "auto"]),
-    }
-    return {name: known[name] for name in spec.split(",") if name}
+def _variants(spec: str, base: str) -> dict[str, tuple[str | None, list[str]]]:
+    """name -> (PYTHONPATH of its code tree or None for this one, extra mq arguments).
 
-
-#: Temporary experiment switches (env of the daemons) per variant.
-_X_ENV = {"leaseloop": {"RECVX_DELETE": "remover"}, "delloop": {"RECVX_LEASE": "fetcher"},
-    "threads": {"RECVX_LEASE": "fetcher", "RECVX_DELETE": "remover"},
-}
+    ``main`` is ``base``; ``auto`` / ``never`` this tree with ``--inline-io auto`` / ``never``;
+    ``NAME=PATH`` the code tree at PATH (e.g. a copy of this tree's daemons/ and mqcore/ taken
+    before an edit, so that an edit made while the bench runs does not leak into it).
+    """
+    out: dict[str, tuple[str | None, list[str]]] = {}
+    for item in (x for x in spec.split(",") if x):
+        name, _, path = item.partition("=")
+        if path:
+            out[name] = (path, [])
+        elif name == "main":
+            out[name] = (base, [])
+        else:
+            out[name] = (None, ["--inline-io", name])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,13 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--depth", type=int, default=30000, help="ready messages before each measurement")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
-    parser.add_argument("--variants", default="main,auto")
+    parser.add_argument("--variants", default="main,auto", help="comma-separated: main, auto, never, NAME=PATH")
     parser.add_argument("--disk", action="store_true", help="frame each measurement by the disk loop")
-    parser.add_argument("--snap", help="code tree of this branch's variants (a copy, so edits do not leak in)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
     wrk_exe = ensure_wrk(False)
-    every = _variants(args.variants, args.base, args.snap)
+    every = _variants(args.variants, args.base)
     names = list(every)
     Path(args.root).mkdir(parents=True, exist_ok=True)
     rounds: list[dict[str, Any]] = []
