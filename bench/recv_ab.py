@@ -34,7 +34,8 @@ if str(REPO_DIR) not in sys.path:
     sys.path.insert(0, str(REPO_DIR))
 
 from bench.disk_loop import receive_delete_loop  # noqa: E402
-from bench.run import Api, Bench, Config, CpuMeter, Daemons, Wrk, ensure_wrk, log  # noqa: E402
+from bench.inline_ab import add_common_args, bench_config, start_tree  # noqa: E402
+from bench.run import Api, Bench, CpuMeter, Wrk, ensure_wrk, log  # noqa: E402
 
 QUEUE = "recv-ab"
 
@@ -55,39 +56,17 @@ def _switches(pid: int) -> tuple[int, int]:
     return vol, invol
 
 
-def _measure(args: argparse.Namespace, name: str, variant: tuple[str | None, list[str]], wrk_exe: str) -> dict[str, Any]:
+def _measure(
+    args: argparse.Namespace, name: str, variant: tuple[str | None, list[str]], wrk_exe: str
+) -> dict[str, Any]:
     """Start the daemons of ``variant`` on the shared root, run recv_delete.lua at each client count, stop them."""
-    pythonpath, extra = variant
-    env_before = os.environ.get("PYTHONPATH")
-    if pythonpath is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = pythonpath
     log_dir = Path(args.logs) / f"{name}-{time.monotonic_ns()}"
-    daemons = Daemons(Path(args.root) / "mq", log_dir, None, extra)
-    try:
-        url = daemons.start()
-    finally:
-        if env_before is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = env_before
+    daemons, url = start_tree(Path(args.root) / "mq", log_dir, variant)
     api = Api(url)
     out: dict[str, Any] = {"uptime": os.getloadavg()}
     try:
         api.create_queue(QUEUE)
-        cfg = Config(
-            duration_s=args.seconds,
-            depth=0,
-            shallow_depth=0,
-            disk_threads=1,
-            send_clients=[1],
-            recv_clients=args.clients,
-            drain_clients=1,
-            drain=False,
-            prefill_clients=16,
-            drain_timeout_s=60,
-        )
+        cfg = bench_config(args.seconds, [1], args.clients)
         wrk = Wrk(wrk_exe, url, log_dir / "wrk")
         bench = Bench(cfg, api, wrk, {"send": QUEUE}, daemons)
         mq_pid = daemons.pids()["mq"]
@@ -134,7 +113,10 @@ def _measure(args: argparse.Namespace, name: str, variant: tuple[str | None, lis
 def _loop(args: argparse.Namespace, clients: int) -> dict[str, Any]:
     """bench/disk_loop.py's receive+delete loop at ``clients`` threads on the root's filesystem."""
     return receive_delete_loop(
-        Path(args.root) / "diskloop", threads=clients, duration_s=args.seconds, prefill=max(2000, int(args.seconds * 6000))
+        Path(args.root) / "diskloop",
+        threads=clients,
+        duration_s=args.seconds,
+        prefill=max(2000, int(args.seconds * 6000)),
     )
 
 
@@ -160,11 +142,7 @@ def _variants(spec: str, base: str) -> dict[str, tuple[str | None, list[str]]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the A/B and write the JSON; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", required=True, help="code tree of main (PYTHONPATH of the 'main' variant)")
-    parser.add_argument("--root", required=True, help="the one root of every variant (kept)")
-    parser.add_argument("--logs", default="/tmp/recv-ab-logs")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=4.0)
+    add_common_args(parser, "/tmp/recv-ab-logs", 4)
     parser.add_argument("--depth", type=int, default=30000, help="ready messages before each measurement")
     parser.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     parser.add_argument("--variants", default="main,auto", help="comma-separated: main, auto, never, NAME=PATH")
@@ -185,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         for clients in args.clients:
             rows = [rnd[name][f"clients_{clients}"] for rnd in rounds]
             summary.setdefault(name, {})[f"clients_{clients}"] = {
-                key: {"median": round(statistics.median(row[key] for row in rows), 4), "rounds": [row[key] for row in rows]}
+                key: {
+                    "median": round(statistics.median(row[key] for row in rows), 4),
+                    "rounds": [row[key] for row in rows],
+                }
                 for key in rows[0]
                 if isinstance(rows[0][key], (int, float))
             }
