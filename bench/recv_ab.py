@@ -40,7 +40,7 @@ from bench.run import Api, Bench, CpuMeter, Wrk, ensure_wrk, log  # noqa: E402
 QUEUE = "recv-ab"
 
 
-def _switches(pid: int) -> tuple[int, int]:
+def switches(pid: int) -> tuple[int, int]:
     """(voluntary, involuntary) context switches of every thread of ``pid`` so far."""
     vol = invol = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -74,9 +74,9 @@ def _measure(
             bench.prefill(QUEUE, args.depth, what=f"{name} at {clients}")
             loops = [_loop(args, clients)] if args.disk else []
             meter = CpuMeter(daemons.pids())
-            sw0 = _switches(mq_pid)
+            sw0 = switches(mq_pid)
             run = wrk.run("recv_delete.lua", clients=clients, threads=None, queue=QUEUE, duration_s=args.seconds)
-            sw1 = _switches(mq_pid)
+            sw1 = switches(mq_pid)
             cpu = meter.stop()
             if args.disk:
                 loops.append(_loop(args, clients))
