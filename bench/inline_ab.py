@@ -61,41 +61,61 @@ def _loop(disk_dir: Path, kind: str, seconds: float) -> dict[str, Any]:
     return out
 
 
-def _one(
-    args: argparse.Namespace, name: str, variant: tuple[str | None, list[str]], phase: str, wrk_exe: str
-) -> dict[str, Any]:
-    """Start the daemons of ``variant`` on the shared root, run ``phase``'s steps, stop them."""
+def start_tree(root: Path, log_dir: Path, variant: tuple[str | None, list[str]]) -> tuple[Daemons, str]:
+    """Start the three daemons on ``root`` from the code tree of ``variant`` (PYTHONPATH, or this tree if None)
+    with its extra mq arguments; returns them and mq's URL. The caller's PYTHONPATH is left as it was."""
     pythonpath, extra = variant
     saved = os.environ.get("PYTHONPATH")
     if pythonpath is not None:
         os.environ["PYTHONPATH"] = pythonpath
     else:
         os.environ.pop("PYTHONPATH", None)
-    log_dir = Path(args.logs) / f"{name}-{phase}-{time.monotonic_ns()}"
-    Path(args.root).mkdir(parents=True, exist_ok=True)
-    daemons = Daemons(Path(args.root) / "mq", log_dir, None, extra)
+    daemons = Daemons(root, log_dir, None, extra)
     try:
-        url = daemons.start()
+        return daemons, daemons.start()
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def bench_config(seconds: float, send_clients: list[int], recv_clients: list[int]) -> Config:
+    """bench/run.py's Config for an A/B's steps: ``seconds`` per step, no deep queues, no drain."""
+    return Config(
+        duration_s=seconds,
+        depth=0,
+        shallow_depth=0,
+        disk_threads=1,
+        send_clients=send_clients,
+        recv_clients=recv_clients,
+        drain_clients=1,
+        drain=False,
+        prefill_clients=16,
+        drain_timeout_s=60,
+    )
+
+
+def add_common_args(parser: argparse.ArgumentParser, logs: str, rounds: int) -> None:
+    """The arguments every A/B of bench/ shares: --base, --root, --logs, --rounds, --seconds."""
+    parser.add_argument("--base", required=True, help="code tree of main (PYTHONPATH of the 'main' variant)")
+    parser.add_argument("--root", required=True, help="the one root of every variant (kept)")
+    parser.add_argument("--logs", default=logs)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--seconds", type=float, default=4.0)
+
+
+def _one(
+    args: argparse.Namespace, name: str, variant: tuple[str | None, list[str]], phase: str, wrk_exe: str
+) -> dict[str, Any]:
+    """Start the daemons of ``variant`` on the shared root, run ``phase``'s steps, stop them."""
+    log_dir = Path(args.logs) / f"{name}-{phase}-{time.monotonic_ns()}"
+    Path(args.root).mkdir(parents=True, exist_ok=True)
+    daemons, url = start_tree(Path(args.root) / "mq", log_dir, variant)
     api = Api(url)
     try:
         api.create_queue(QUEUE)
-        cfg = Config(
-            duration_s=args.seconds,
-            depth=0,
-            shallow_depth=0,
-            disk_threads=1,
-            send_clients=args.send_clients,
-            recv_clients=args.recv_clients,
-            drain_clients=1,
-            drain=False,
-            prefill_clients=16,
-            drain_timeout_s=60,
-        )
+        cfg = bench_config(args.seconds, args.send_clients, args.recv_clients)
         bench = Bench(cfg, api, Wrk(wrk_exe, url, log_dir / "wrk"), {"send": QUEUE}, daemons)
         out: dict[str, Any] = {"uptime": os.getloadavg()}
         if phase == "sends":
@@ -138,11 +158,7 @@ def _summary(rounds: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the A/B and write the JSON; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", required=True, help="code tree of main (PYTHONPATH of the 'main' variant)")
-    parser.add_argument("--root", required=True, help="the one root of every variant (kept)")
-    parser.add_argument("--logs", default="/tmp/inline-ab-logs")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0)
+    add_common_args(parser, "/tmp/inline-ab-logs", 3)
     parser.add_argument("--send-clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64])
     parser.add_argument("--recv-clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
     parser.add_argument("--variants", default="main,auto,never")

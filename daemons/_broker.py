@@ -400,13 +400,26 @@ class Broker:
         finally:
             if fifo:
                 fetcher.lock.release()
-        if not out and check_exists and not await fetcher.thread.run(self.store.queue_exists, queue):
+        if not out and check_exists and not await self._queue_exists_now(fetcher.thread, queue):
             self.queues.forget_queue(queue)
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         messages = list(out.values())
         self.leases.memory.received(*messages)
         self.counts.add("received", queue, len(messages))
         return messages
+
+    async def _queue_exists_now(self, thread: Handoff, queue: QueueName) -> bool:
+        """Whether ``queue`` exists, asked after a receive found nothing (its 404).
+
+        One ``stat`` of ``queues/Q``: on the loop thread on a local filesystem (no thread round
+        trip for an empty short poll), else on the queue's fetcher thread.
+
+        Raises:
+            StorageUnavailable: The ``stat`` failed other than with ENOENT/ENOTDIR.
+        """
+        if self.lone.enabled:
+            return self.store.queue_exists(queue)
+        return await thread.run(self.store.queue_exists, queue)
 
     async def _receive_waiting(self, request: ReceiveRequest) -> list[ReceivedMessage]:
         """Lease up to ``max_messages``; if none is ready, wait up to ``wait_time_seconds`` for one (long polling).

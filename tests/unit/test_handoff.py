@@ -119,3 +119,22 @@ def test_no_thread_until_the_first_job():
     handoff = Handoff("test-handoff-idle")
     assert "test-handoff-idle" not in {thread.name for thread in threading.enumerate()}
     handoff.shutdown()
+
+
+async def test_a_sleeping_thread_wakes_for_each_later_job_and_ends_on_shutdown():
+    """The thread sleeps between batches (its bell) and is woken by the next job, many times over,
+    from the loop and from another thread; a shutdown while it sleeps ends it."""
+    handoff = Handoff("test-bell")
+    seen: list[int] = []
+    for i in range(50):
+        assert await handoff.run(seen.append, i) is None
+        await asyncio.sleep(0.001)  # long enough for the thread to go back to sleep, most of the time
+    assert await asyncio.wrap_future(handoff.submit(seen.append, 50)) is None
+    assert seen == list(range(51))
+    thread = handoff._thread
+    assert thread is not None and thread.is_alive()
+    await asyncio.sleep(0.05)  # asleep on its bell
+    handoff.shutdown(wait=True)
+    assert not thread.is_alive()
+    with pytest.raises(RuntimeError):
+        handoff.run(seen.append, 51)
