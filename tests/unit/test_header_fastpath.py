@@ -1,4 +1,4 @@
-"""The usual send's message header (no content type, no attributes) is preformatted: the same bytes as the general form."""
+"""The usual send's message header (no content type, no attributes) is preformatted: the general form's bytes."""
 
 from __future__ import annotations
 
