@@ -9,8 +9,9 @@ scrape time. Per-queue gauges (ready, in flight, delayed, oldest age, redrive
 progress) are computed at scrape time from the broker's indexes and one
 listing of ``delay/``, never updated per message. Storage metrics (fsync
 latency, group-commit size, errors by step) come from
-:data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads, so they
-use prometheus-client's thread-safe histograms.
+:data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads: the fsync
+histogram is a lock-free queue of observations counted at scrape
+(:class:`FsyncTimes`), the others prometheus-client's thread-safe metrics.
 
 Several daemons on one root: every daemon serves its own registry and
 Prometheus scrapes each as its own target (its ``instance`` label), so no
