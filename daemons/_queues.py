@@ -165,9 +165,9 @@ class QueueStates:
         and most renames are this daemon's own leases (a departure each): about one
         wake, an ``ioctl`` and a ``read`` per message received (docs/performance.md,
         "Receive side: batches"). What this daemon does itself does not wait for a
-        window: its sends and changes of visibility read the events at once
-        (:meth:`note_ready`), as does a delete by id that has no lease to go by and a
-        receive that finds the index empty (:meth:`catch_up`).
+        window: its sends index their own names at once, without a read (:meth:`note_ready`,
+        daemons/_own.py), its changes of visibility read the events at once, as do a delete
+        by id that has no lease to go by and a receive that finds the index empty (:meth:`catch_up`).
         """
         self.watcher = open_watcher()
         if self.watcher is not None:
