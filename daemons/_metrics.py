@@ -412,6 +412,8 @@ class BrokerCollector(Collector):
         store = broker.store
         # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
         queues = await asyncio.to_thread(store.list_queues)
+        if broker.queues.watcher is not None:  # what other processes did before the scrape, not a window later
+            broker.queues.on_watch_events()
         indexed: dict[str, tuple[int, int | None]] = {}
         unindexed: list[str] = []
         for queue in queues:
