@@ -9,8 +9,9 @@ scrape time. Per-queue gauges (ready, in flight, delayed, oldest age, redrive
 progress) are computed at scrape time from the broker's indexes and one
 listing of ``delay/``, never updated per message. Storage metrics (fsync
 latency, group-commit size, errors by step) come from
-:data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads, so they
-use prometheus-client's thread-safe histograms.
+:data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads: the fsync
+histogram is a lock-free queue of observations counted at scrape
+(:class:`FsyncTimes`), the others prometheus-client's thread-safe metrics.
 
 Several daemons on one root: every daemon serves its own registry and
 Prometheus scrapes each as its own target (its ``instance`` label), so no
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
+import itertools
 import logging
 import os
 import threading
@@ -66,6 +69,10 @@ OTHER = "_other"
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 #: Upper bounds of the fsync latency buckets, in seconds.
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+#: The kinds of fsync the fsync histogram has a series for (its ``kind`` label).
+FSYNC_KINDS = ("file", "directory")
+#: fsync observations that may wait for a scrape before the observing thread counts them (:class:`FsyncTimes`).
+FSYNC_PENDING_MAX = 4096
 #: Upper bounds of the group-commit batch size buckets (callers covered by one directory fsync).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 #: Upper bounds of mq-mover's redelivery lag buckets, in seconds (how late after its deadline a file moved).
@@ -207,6 +214,64 @@ async def timed(times: RequestTimes, route: str, method: str, answer: Awaitable[
         times.observe((route, method, str(status)), time.perf_counter() - started)
 
 
+class FsyncTimes(Collector):
+    """The ``mq_storage_fsync_duration_seconds`` histogram, observed from any thread without a lock.
+
+    A saver fsyncs one file per message: prometheus-client's ``Histogram.observe``
+    (a bucket search in Python and two increments under its lock, 1.2-4.8 µs, and the
+    lock's waits while savers take the GIL from each other) was half of the savers'
+    Python time in batch sends (docs/performance.md, issue 12 stop 17). Here an
+    observation is one ``deque.append`` (atomic under the GIL); the bucket counts are
+    made when the histogram is scraped, or by the observing thread once
+    :data:`FSYNC_PENDING_MAX` observations wait (memory stays bounded without scrapes).
+    """
+
+    def __init__(self) -> None:
+        #: Observed seconds not yet counted, by kind ("file", "directory").
+        self.pending: dict[str, collections.deque[float]] = {kind: collections.deque() for kind in FSYNC_KINDS}
+        #: kind -> [count per bucket (last = +Inf)..., sum of seconds]; under ``_lock``.
+        self._rows = {kind: [0.0] * (len(FSYNC_BUCKETS) + 2) for kind in FSYNC_KINDS}
+        self._lock = threading.Lock()
+
+    def observe(self, kind: str, seconds: float) -> None:
+        """Note one fsync of ``kind`` (a key of :data:`FSYNC_KINDS`) that took ``seconds`` (any thread)."""
+        pending = self.pending[kind]
+        pending.append(seconds)
+        if len(pending) > FSYNC_PENDING_MAX:
+            self.count()
+
+    def count(self) -> None:
+        """Move every pending observation into the bucket counts (any thread)."""
+        with self._lock:
+            for kind, pending in self.pending.items():
+                row = self._rows[kind]
+                popleft = pending.popleft
+                while pending:
+                    seconds = popleft()  # only this thread (it holds the lock) takes from the left
+                    row[bisect.bisect_left(FSYNC_BUCKETS, seconds)] += 1
+                    row[-1] += seconds
+
+    def describe(self) -> list[Metric]:
+        return [self._family()]
+
+    def collect(self) -> Iterator[Metric]:
+        self.count()
+        yield self._family()
+
+    def _family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "mq_storage_fsync_duration_seconds",
+            "fsync latency, by kind: file (a message file) or directory (one group-commit round).",
+            labels=["kind"],
+        )
+        with self._lock:
+            rows = {kind: list(row) for kind, row in self._rows.items()}
+        for kind, row in rows.items():
+            bounds = (*map(str, FSYNC_BUCKETS), "+Inf")
+            family.add_metric([kind], list(zip(bounds, itertools.accumulate(row[:-1]), strict=True)), row[-1])
+        return family
+
+
 class StorageMetrics:
     """fsync latency, group-commit batch size and storage errors by step, fed by :data:`STORAGE_HOOKS`.
 
@@ -215,13 +280,8 @@ class StorageMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.fsync = Histogram(
-            "mq_storage_fsync_duration_seconds",
-            "fsync latency, by kind: file (a message file) or directory (one group-commit round).",
-            ["kind"],
-            buckets=FSYNC_BUCKETS,
-            registry=registry,
-        )
+        self.fsync = FsyncTimes()
+        registry.register(self.fsync)
         self.batch = Histogram(
             "mq_storage_group_commit_batch_size",
             "Callers (messages or batches) made durable by one directory fsync (group commit).",
@@ -241,15 +301,11 @@ class StorageMetrics:
             ["step", "errno"],
             registry=registry,
         )
-        self._file = self.fsync.labels("file")
-        self._directory = self.fsync.labels("directory")
 
     def on_fsync(self, kind: str, seconds: float, batch: int) -> None:
-        """STORAGE_HOOKS.on_fsync (any thread)."""
-        if kind == "file":
-            self._file.observe(seconds)
-        else:
-            self._directory.observe(seconds)
+        """STORAGE_HOOKS.on_fsync (any thread): a message file's fsync is one ``deque.append``."""
+        self.fsync.observe(kind, seconds)
+        if kind != "file":
             self.batch.observe(batch)
 
     def on_error(self, step: str) -> None:
@@ -356,6 +412,8 @@ class BrokerCollector(Collector):
         store = broker.store
         # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
         queues = await asyncio.to_thread(store.list_queues)
+        if broker.queues.watcher is not None:  # what other processes did before the scrape, not a window later
+            broker.queues.on_watch_events()
         indexed: dict[str, tuple[int, int | None]] = {}
         unindexed: list[str] = []
         for queue in queues:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from daemons._handoff import Handoff
+from daemons._own import OwnNames
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
@@ -150,6 +151,8 @@ class QueueStates:
         self._turn = 0
         #: The end of the current inotify window (None: the loop waits for the descriptor).
         self._window: asyncio.TimerHandle | None = None
+        #: The ready names this daemon's sends publish into watched queues (daemons/_own.py).
+        self.own = OwnNames()
 
     def start(self) -> None:
         """Attach inotify to the loop and start the periodic rescan.
@@ -162,9 +165,9 @@ class QueueStates:
         and most renames are this daemon's own leases (a departure each): about one
         wake, an ``ioctl`` and a ``read`` per message received (docs/performance.md,
         "Receive side: batches"). What this daemon does itself does not wait for a
-        window: its sends and changes of visibility read the events at once
-        (:meth:`note_ready`), as does a delete by id that has no lease to go by and a
-        receive that finds the index empty (:meth:`catch_up`).
+        window: its sends index their own names at once, without a read (:meth:`note_ready`,
+        daemons/_own.py), its changes of visibility read the events at once, as do a delete
+        by id that has no lease to go by and a receive that finds the index empty (:meth:`catch_up`).
         """
         self.watcher = open_watcher()
         if self.watcher is not None:
@@ -397,28 +400,41 @@ class QueueStates:
                 self.fire(self.room, queue)  # a waiting sender re-reads the capacity
             return
         if kind == ARRIVED:
-            if parse_ready_name(name) is not None:
+            if self.own.arrived(name) and parse_ready_name(name) is not None:
                 state.index.add(name)
                 self.fire(self.arrivals, queue)
         elif kind == LEFT and name in state.index:
             state.index.discard(name)
             self.fire(self.room, queue)
 
+    def expect_ready(self, queue: QueueName, names: list[str]) -> None:
+        """A saver is about to rename ``names`` into ``queue`` (any thread): mark them if the queue is watched."""
+        watcher = self.watcher
+        if watcher is not None and watcher.watching(queue):
+            self.own.expect(names)
+
+    def drop_ready(self, names: list[str]) -> None:
+        """A saver's renames of ``names`` failed (any thread): no event comes for them."""
+        self.own.drop(names)
+
     def note_ready(self, queue: QueueName, *names: str) -> None:
         """This daemon made ``names`` ready in ``queue`` (its renames are done): index them and wake long polls.
 
-        On a queue watched by inotify, the names are taken from the events
-        the renames queued, read now (so a receive right after finds them).
-        Adding them here as well could bring back a name that a long poll,
-        woken by such an event before this call, has already leased: a
-        stale entry counted as ready (and against the capacity) until a
-        receive or a rescan dropped it.
+        On a queue watched by inotify, each name is indexed once, by this
+        call or by its event, whichever the loop meets first (the savers
+        marked it before its rename: daemons/_own.py), so that no name a
+        receive leased in between comes back as a stale entry. Names not
+        marked so (a change of visibility, a redrive, a FIFO send) are taken
+        from the events the renames queued, read now (so a receive right
+        after finds them).
         """
         state = self.fetcher_for(queue).queues.get(queue)
-        if state is not None:
-            if self.watcher is not None and self.watcher.watching(queue):
+        if state is not None and self.watcher is not None and self.watcher.watching(queue):
+            if not self.own.noted(names, state.index):
                 self.on_watch_events()
-            else:
+        else:
+            self.own.drop(names)  # marked while watched, maybe: its events will not come, or are not for an index
+            if state is not None:
                 state.index.update(names)
         self.fire(self.arrivals, queue)
 

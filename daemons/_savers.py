@@ -44,11 +44,11 @@ import itertools
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from daemons._loopdelivery import LoopDelivery, delivery_for, settle
 from mqcore.errors import MQError, QueueNotFound
-from mqcore.names import MessageId, QueueName
+from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
 
 T = TypeVar("T")
@@ -108,6 +108,18 @@ class SaveJob:
         self.here = 0
 
 
+class ReadyNames(Protocol):
+    """Told, on a saver thread, the ready names a job is about to rename into its queue, and those whose rename failed.
+
+    ``daemons._queues.QueueStates`` (daemons/_own.py): so that its event loop indexes each name once
+    without reading inotify on the send's path.
+    """
+
+    def expect_ready(self, queue: QueueName, names: list[str]) -> None: ...
+
+    def drop_ready(self, names: list[str]) -> None: ...
+
+
 class _Call:
     """A blocking call for a saver: ``fn(*args)`` and the future (asyncio or concurrent) that gets its outcome."""
 
@@ -156,6 +168,8 @@ class Savers(Executor):
         self._idle: list[threading.Lock] = []
         self._threads: list[threading.Thread] = []
         self._closed = False
+        #: Told each job's ready names before its renames (set by the daemon; None: nobody).
+        self.ready_names: ReadyNames | None = None
 
     # -- event loop ------------------------------------------------------------
 
@@ -390,10 +404,15 @@ class Savers(Executor):
         written = [(i, pending) for i, pending in enumerate(job.written) if pending is not None]
         for i, pending in written:  # the id changes when an O_EXCL create was retried
             job.results[i] = pending.message_id
-        errors, renamed = self.store.rename_many([(pending, job.entries[i].delay_ms) for i, pending in written])
-        for (i, _), error in zip(written, errors, strict=True):
-            if error is not None:
-                job.results[i] = error
+        entries, names = job.entries, self.ready_names
+        if names is not None:
+            names.expect_ready(job.queue, [ready_name(p.message_id, 0) for i, p in written if not entries[i].delay_ms])
+        errors, renamed = self.store.rename_many([(pending, entries[i].delay_ms) for i, pending in written])
+        failed = [(i, pending, error) for (i, pending), error in zip(written, errors, strict=True) if error is not None]
+        for i, _, error in failed:
+            job.results[i] = error
+        if failed and names is not None:  # no event comes for these
+            names.drop_ready([ready_name(pending.message_id, 0) for _, pending, _ in failed])
         if not renamed:
             self._finish(job, None)
             return

@@ -38,6 +38,7 @@ class Sender:
         self.broker = broker
         self.queues = broker.queues
         self.savers = broker.savers
+        self.savers.ready_names = broker.queues  # each name indexed once, no inotify read per send (daemons/_own.py)
 
     async def _reserve(self, queue: QueueName, state: QueueState, wanted: int) -> tuple[QueueState, int]:
         """Admit up to ``wanted`` sends under the queue's capacity; wait for room up to capacity_wait_seconds.

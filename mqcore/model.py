@@ -37,6 +37,12 @@ def encode(body: bytes, *header: Any) -> bytes:
     return encode_header(len(body), *header) + body
 
 
+#: The end of the usual header by queue (``,"queue":"Q"}`` and the newline), as :func:`encode_header` writes it.
+_QUEUE_TAILS: dict[str, bytes] = {}
+#: Queues whose header end is kept (the cache is emptied when full).
+_MAX_QUEUE_TAILS = 10_000
+
+
 def encode_header(
     body_bytes: int,
     content_type: str | None = None,
@@ -61,6 +67,13 @@ def encode_header(
             ``attributes`` as base64), if any: header key ``attribute_types``.
         extra: More header keys (a FIFO message's ``group_id`` and ``dedup_id``, docs/protocol.md 19).
     """
+    if not (content_type or attributes or extra) and queue:  # the usual send: the same bytes, preformatted
+        tail = _QUEUE_TAILS.get(queue)
+        if tail is None:
+            if len(_QUEUE_TAILS) >= _MAX_QUEUE_TAILS:
+                _QUEUE_TAILS.clear()
+            tail = _QUEUE_TAILS[queue] = b',"queue":' + json.dumps(queue).encode() + b"}\n"
+        return b'%s{"body_bytes":%d%s' % (MAGIC, body_bytes, tail)
     header: dict[str, Any] = {"body_bytes": body_bytes}
     if content_type:
         header["content_type"] = content_type
