@@ -20,7 +20,7 @@ from multidict import MultiMapping
 
 from daemons._answers import batch_ids_answer
 from daemons._broker import Broker
-from daemons._http import BROKER, parse_json, read_body, read_json, required_timeout
+from daemons._http import BROKER, SMALL_JSON_LIMIT_BYTES, parse_json, read_body, read_json, required_timeout
 from daemons._shapes import batch_entries, check_keys, failed_entry, query_params
 from mqcore.attributes import QueueAttributes
 from mqcore.errors import InvalidRequest, MQError
@@ -30,7 +30,7 @@ from mqcore.service import fifo
 from mqcore.service.handles import check_handle
 from mqcore.service.requests import check_message_size, entry_size, send_entry
 
-__all__ = ["MAX_HANDLE_BATCH", "delete_batch", "send_batch", "send_batch_of", "visibility_batch"]
+__all__ = ["MAX_HANDLE_BATCH", "delete_batch", "delete_batch_of", "send_batch", "send_batch_of", "visibility_batch"]
 
 #: Most entries of a batch delete or batch change of visibility (SQS: 10).
 MAX_HANDLE_BATCH = 10
@@ -174,10 +174,26 @@ async def _run_entries(
 async def delete_batch(request: web.Request) -> web.Response:
     """POST /<queue>/messages/delete {"entries": [{"id", "receipt_handle" | "message_id"}]} (1-10)
     -> 200 {"successful": [{"id"}], "failed": [...]} (SQS DeleteMessageBatch; by id as SoftLayer)."""
-    queue = check_queue_name(request.match_info["queue"])
-    query_params(request, ())
-    broker = request.app[BROKER]
-    entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
+    query = request.query if request.query_string else None
+    return await delete_batch_of(
+        request.app[BROKER], request.match_info["queue"], query, lambda limit: read_body(request, limit)
+    )
+
+
+async def delete_batch_of(
+    broker: Broker, queue_text: str, query: MultiMapping[str] | None, read: Callable[[int], Awaitable[bytes]]
+) -> web.Response:
+    """The work and answer of :func:`delete_batch` (also ``daemons._wire``'s); arguments as :func:`send_batch_of`'s.
+
+    Raises:
+        MQError: Whatever :func:`delete_batch` answers as an error (400, 404, 413, 503...).
+    """
+    queue = check_queue_name(queue_text)
+    if query is not None:
+        query_params(query, ())
+    entries = batch_entries(
+        parse_json(await read(SMALL_JSON_LIMIT_BYTES)), "entries", MAX_HANDLE_BATCH, default_ids=False
+    )
     await broker.queue_state(queue)
     errors: list[MQError | None] = [None] * len(entries)
     targets: list[tuple[int, ReceiptHandle | MessageId]] = []

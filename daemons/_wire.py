@@ -12,10 +12,14 @@ preformatted answers, calling the same shared work as aiohttp's handlers
 (:func:`daemons._http.send_of`, :func:`~daemons._http.receive_of`,
 :func:`~daemons._http.delete_of`; errors by :func:`~daemons._http.error_response`,
 tokens by :func:`daemons._auth.admit_token`, timing by :func:`daemons._metrics.timed`).
+The batch send and batch delete (``POST /<queue>/messages/batch`` and ``.../delete``,
+:meth:`~daemons._fastpath.FastPath.batch_parts`) are served here too, by
+:func:`daemons._batches.send_batch_of` and :func:`~daemons._batches.delete_batch_of`, with the
+application's answers byte for byte (through aiohttp they are the application's routes).
 
 The grammar: a request line ``GET|POST|DELETE SP /target SP HTTP/1.1|HTTP/1.0`` whose
 target has only unreserved, sub-delim, ``/:@?`` characters (no ``%``, no ``#``, no
-absolute form) and is one of the hot shapes (:meth:`daemons._fastpath.FastPath.hot_parts`);
+absolute form) and is one of the hot shapes (:meth:`daemons._fastpath.FastPath.hot_parts`) or a batch's;
 ASCII header lines ``name: value`` (a token name, no obs-fold, no control characters),
 each name at most once, a ``Host``, at most one ``Content-Length`` (digits; none or 0
 for GET and DELETE), ``Connection`` absent, ``close`` or ``keep-alive``, and no
@@ -63,9 +67,9 @@ from aiohttp.tcp_helpers import tcp_keepalive
 from multidict import MultiMapping
 
 from daemons import _auth
-from daemons._batches import send_batch_of
+from daemons._batches import delete_batch_of, send_batch_of
 from daemons._broker import Broker
-from daemons._fastpath import BATCH_ROUTE, DELETE_ROUTE, MESSAGES_ROUTE, FastPath
+from daemons._fastpath import BATCH_ROUTES, DELETE_ROUTE, MESSAGES_ROUTE, FastPath
 from daemons._http import (
     body_timed_out,
     cut,
@@ -479,8 +483,11 @@ class WireConnection(asyncio.BufferedProtocol):
                 return _response_reply(refused, minor, conn)
         query: MultiMapping[str] | None = yarl.URL.build(query_string=query_string).query if query_string else None
         try:
-            if method == "POST" and len(parts) == 4:  # a batch send
-                text = await send_batch_of(wire.broker, parts[1], query, lambda limit: self._read(limit, method, path))
+            if method == "POST" and len(parts) == 4:  # a batch send or delete
+                read = lambda limit: self._read(limit, method, path)  # noqa: E731
+                if parts[3] == "delete":
+                    return _response_reply(await delete_batch_of(wire.broker, parts[1], query, read), minor, conn)
+                text = await send_batch_of(wire.broker, parts[1], query, read)
                 return _Reply(200, _head(200, minor, _JSON_UTF8, text.encode(), conn))
             if method == "POST":
                 message_id = await send_of(
@@ -515,7 +522,7 @@ def _route(method: str, parts: list[str]) -> str:
     """The ``route`` label of a request this module serves (what aiohttp's router names its resource)."""
     if len(parts) == 3:
         return MESSAGES_ROUTE
-    return BATCH_ROUTE if method == "POST" else DELETE_ROUTE
+    return BATCH_ROUTES[parts[3]] if method == "POST" else DELETE_ROUTE
 
 
 #: [second, the Date and Server lines of that second]: made once a second.

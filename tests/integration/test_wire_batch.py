@@ -54,6 +54,14 @@ def masked(answer: bytes) -> bytes:
     return answer
 
 
+async def counted(url: str, last: str) -> dict[str, float]:
+    """``mq_http_request_duration_seconds_count`` of ``POST /{queue}/messages/<last>`` by status: each status
+    must count as often on mq's connections as on aiohttp's (the application's middleware)."""
+    text = (await raw(url, b"GET /metrics HTTP/1.1\r\nHost: mq\r\n\r\n")).decode()
+    pattern = rf'_count\{{method="POST",route="/\{{queue\}}/messages/{last}",status="(\d+)"\}} ([0-9.]+)'
+    return {status: float(n) for status, n in re.findall(pattern, text)}
+
+
 def entries(*items: dict[str, Any], key: str = "entries") -> bytes:
     return json.dumps({key: list(items)}).encode()
 
@@ -120,17 +128,8 @@ async def test_a_batch_send_is_answered_byte_for_byte_as_the_application_does(tm
 
         # Counted under the batch route, as the application's middleware counts it: each status as often
         # on mq's connections as on aiohttp's.
-        text = (await raw(url, b"GET /metrics HTTP/1.1\r\nHost: mq\r\nConnection: close\r\n\r\n")).decode()
-        counts = {
-            status: float(n)
-            for status, n in re.findall(
-                r'mq_http_request_duration_seconds_count\{method="POST",route="/\{queue\}/messages/batch",'
-                r'status="(\d+)"\} ([0-9.]+)',
-                text,
-            )
-        }
-        requests = sum(len(request) for request in cases)
-        assert sum(counts.values()) == 2 * requests, counts
+        counts = await counted(url, "batch")
+        assert sum(counts.values()) == 2 * sum(len(request) for request in cases), counts
         assert {"200", "400", "404", "413"} <= set(counts) and all(n % 2 == 0 for n in counts.values()), counts
 
 
@@ -142,13 +141,80 @@ async def test_a_batch_send_keeps_the_connection_mqs_own(tmp_path) -> None:
         host, _, port = url.removeprefix("http://").rpartition(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
-            for n in range(3):
-                writer.write(post("/q/messages/batch", entries({"body": str(n)}, {"body": "x"}), extra=""))
+            for n in range(4):
+                if n < 3:
+                    writer.write(post("/q/messages/batch", entries({"body": str(n)}, {"body": "x"}), extra=""))
+                else:  # and a batch delete (entries that fail: no such messages)
+                    gone = [{"id": str(i), "message_id": "0190aaaa-bbbb-7ccc-8ddd-0123456789ab"} for i in range(2)]
+                    writer.write(post("/q/messages/delete", entries(*gone), extra=""))
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
                 assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
                 length = int(re.search(rb"Content-Length: (\d+)", head)[1])  # type: ignore[index]
                 body = json.loads(await asyncio.wait_for(reader.readexactly(length), 10))
-                assert [e["id"] for e in body["successful"]] == ["0", "1"] and body["failed"] == []
+                done = [e["id"] for e in body["successful"] + body["failed"]]
+                assert done == ["0", "1"] and len(body["failed"]) == (2 if n == 3 else 0), body
                 assert [type(c) for c in server.connections] == [WireConnection]
         finally:
             writer.close()
+
+
+async def test_a_batch_delete_is_answered_byte_for_byte_as_the_application_does(tmp_path) -> None:
+    async with mq_in_process(tmp_path / "root") as (_, runner, url):
+        wire = runner.wire
+        assert wire is not None
+        assert (await raw(url, post("/d", b"", method="PUT"))).startswith(b"HTTP/1.1 201 ")
+
+        async def leased() -> list[dict[str, Any]]:
+            """Two messages sent and received: their message ids and receipt handles."""
+            assert (await raw(url, post("/d/messages/batch", entries({"body": "1"}, {"body": "2"})))).startswith(
+                b"HTTP/1.1 200 "
+            )
+            answer = await raw(url, b"GET /d/messages?max_messages=10 HTTP/1.1\r\nHost: mq\r\n\r\n")
+            messages: list[dict[str, Any]] = json.loads(answer.partition(b"\r\n\r\n")[2])["messages"]
+            assert len(messages) == 2
+            return messages
+
+        for enabled in (True, False):  # the usual delete: a handle and an id, both deleted
+            wire.enabled = True
+            one, two = await leased()
+            wire.enabled = enabled
+            both = entries(
+                {"id": "h", "receipt_handle": one["receipt_handle"]}, {"id": "i", "message_id": two["message_id"]}
+            )
+            answer = await raw(url, post("/d/messages/delete", both))
+            assert masked(answer).endswith(b'\r\n\r\n{"successful": [{"id": "h"}, {"id": "i"}], "failed": []}'), answer
+            answer = await raw(url, post("/d/messages/delete", both))  # again: both entries fail, not found
+            assert json.loads(answer.partition(b"\r\n\r\n")[2])["successful"] == []
+        handle = one["receipt_handle"]
+        cases = [
+            [post("/d/messages/delete", entries({"id": "a", "receipt_handle": handle}))],  # deleted: failed entry
+            [post("/d/messages/delete", entries({"id": "a", "receipt_handle": "nonsense"}))],
+            [post("/d/messages/delete", entries({"id": "a", "message_id": "not-an-id"}))],
+            [
+                post(
+                    "/d/messages/delete",
+                    entries({"id": "a", "message_id": two["message_id"], "receipt_handle": handle}),
+                )
+            ],
+            [post("/d/messages/delete", entries({"id": "a"}))],
+            [post("/d/messages/delete", entries({"receipt_handle": handle}))],  # no entry id
+            [post("/d/messages/delete", entries(*({"id": str(i), "receipt_handle": handle} for i in range(11))))],
+            [post("/d/messages/delete", b'{"entries": []}')],
+            [post("/d/messages/delete", b"[1")],
+            [post("/d/messages/delete", b"")],
+            [post("/d/messages/delete?x=1", entries({"id": "a", "receipt_handle": handle}))],
+            [post("/missing/messages/delete", entries({"id": "a", "receipt_handle": handle}))],
+            [post("/bad*name/messages/delete", entries({"id": "a", "receipt_handle": handle}))],
+            [post("/d/messages/delete", entries({"id": "a", "receipt_handle": handle}), "1.0", "")],
+            [b"POST /d/messages/delete HTTP/1.1\r\nHost: mq\r\nContent-Length: 65537\r\nConnection: close\r\n\r\n"],
+        ]
+        for request in cases:
+            wire.enabled = True
+            own = await raw(url, *request)
+            wire.enabled = False
+            routed = await raw(url, *request)
+            assert masked(own) == masked(routed), request[0][:80]
+        wire.enabled = True
+        counts = await counted(url, "delete")
+        assert sum(counts.values()) == 4 + 2 * len(cases), counts
+        assert {"200", "400", "404", "413"} <= set(counts) and all(n % 2 == 0 for n in counts.values()), counts
