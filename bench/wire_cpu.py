@@ -7,6 +7,9 @@ it with wrk and the bench/lua scripts, and reads the mq process's CPU from /proc
 - ``send_cN``: 1 KiB sends (post.lua) at N connections, ms of CPU per 201;
 - ``rd_cN``: receive+delete cycles (recv_delete.lua) at N connections on a prefilled queue, per cycle;
 - ``send_64k`` / ``send_1m``: 64 KiB and 1 MiB sends at 1 connection, per 201;
+- ``batch_cN``: batch sends of 10 1 KiB messages (post_batch.lua, base64 bodies) at N connections, per message;
+- ``rdbatch_cN``: batch receives of 10 and batch deletes of their handles (recv_delete_batch.lua) at N
+  connections on a prefilled queue, per message;
 - ``empty_cN``: receives of an empty queue (204, no long poll) at N connections, per request: the
   HTTP stack's own cost with the least broker work.
 
@@ -124,6 +127,14 @@ def step(mq: Mq, name: str, seconds: int) -> float | None:
         before = _cpu_s(mq.proc.pid)
         out = _wrk(mq, "recv_delete.lua", clients, seconds, env)
         ops = _stat(out, "cycles")
+    elif kind == "rdbatch":  # batch receive + batch delete, per message
+        clients = int(arg[1:])
+        _wrk(mq, "post_batch.lua", 8, 60, {**env, "MQB_QUOTA": "40000"})
+        before = _cpu_s(mq.proc.pid)
+        ops = _stat(_wrk(mq, "recv_delete_batch.lua", clients, seconds, env), "cycles")
+    elif kind == "batch":
+        before = _cpu_s(mq.proc.pid)
+        ops = _stat(_wrk(mq, "post_batch.lua", int(arg[1:]), seconds, env), "sent")
     else:
         clients = int(arg[1:]) if arg.startswith("c") else 1
         if arg in ("64k", "1m"):

@@ -16,9 +16,11 @@ from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
+from multidict import MultiMapping
 
 from daemons._answers import batch_ids_answer
-from daemons._http import BROKER, read_json, required_timeout
+from daemons._broker import Broker
+from daemons._http import BROKER, SMALL_JSON_LIMIT_BYTES, parse_json, read_body, read_json, required_timeout
 from daemons._shapes import batch_entries, check_keys, failed_entry, query_params
 from mqcore.attributes import QueueAttributes
 from mqcore.errors import InvalidRequest, MQError
@@ -28,7 +30,7 @@ from mqcore.service import fifo
 from mqcore.service.handles import check_handle
 from mqcore.service.requests import check_message_size, entry_size, send_entry
 
-__all__ = ["MAX_HANDLE_BATCH", "delete_batch", "send_batch", "visibility_batch"]
+__all__ = ["MAX_HANDLE_BATCH", "delete_batch", "delete_batch_of", "send_batch", "send_batch_of", "visibility_batch"]
 
 #: Most entries of a batch delete or batch change of visibility (SQS: 10).
 MAX_HANDLE_BATCH = 10
@@ -99,12 +101,30 @@ async def send_batch(request: web.Request) -> web.Response:
     each invalid one fails alone (sender_fault true). The sum of the bodies (and attributes)
     must fit max_message_bytes (413 for the whole request).
     """
-    queue = check_queue_name(request.match_info["queue"])
-    query_params(request, ())
     broker = request.app[BROKER]
+    query = request.query if request.query_string else None
+    text = await send_batch_of(broker, request.match_info["queue"], query, lambda limit: read_body(request, limit))
+    return web.Response(text=text, content_type="application/json")
+
+
+async def send_batch_of(
+    broker: Broker, queue_text: str, query: MultiMapping[str] | None, read: Callable[[int], Awaitable[bytes]]
+) -> str:
+    """The work of :func:`send_batch` (also ``daemons._wire``'s): the entries checked and stored; the answer's JSON.
+
+    ``queue_text`` is the path's queue segment (not yet checked), ``query`` the query's parameters (None
+    without a query string), ``read(limit)`` reads the body, at most ``limit`` bytes (MessageTooLarge,
+    RequestTimeout).
+
+    Raises:
+        MQError: Whatever :func:`send_batch` answers as an error (400, 404, 413, 503...).
+    """
+    queue = check_queue_name(queue_text)
+    if query is not None:
+        query_params(query, ())
     state = await broker.queue_state(queue)
     attrs = state.attrs
-    body = await read_json(request, broker.settings.batch_request_limit_bytes)
+    body = parse_json(await read(broker.settings.batch_request_limit_bytes))
     # "entries" as the batch delete and visibility take; "messages" is the older spelling, still accepted.
     key = "messages" if isinstance(body, dict) and "messages" in body and "entries" not in body else "entries"
     entries = batch_entries(body, key, broker.settings.max_batch_messages, default_ids=True)
@@ -126,8 +146,7 @@ async def send_batch(request: web.Request) -> web.Response:
                 successful.append(f'{{"id": "{entry_id}", "message_id": "{result}"}}')
     # json.dumps of {"successful": [{"id", "message_id"}], "failed": [...]}, preformatted: an entry id is
     # 1-80 of [A-Za-z0-9_-] (batch_entries), a message id mq's own: neither needs escaping.
-    text = f'{{"successful": [{", ".join(successful)}], "failed": {json.dumps(failed)}}}'
-    return web.Response(text=text, content_type="application/json")
+    return f'{{"successful": [{", ".join(successful)}], "failed": {json.dumps(failed)}}}'
 
 
 async def _run_entries(
@@ -155,10 +174,26 @@ async def _run_entries(
 async def delete_batch(request: web.Request) -> web.Response:
     """POST /<queue>/messages/delete {"entries": [{"id", "receipt_handle" | "message_id"}]} (1-10)
     -> 200 {"successful": [{"id"}], "failed": [...]} (SQS DeleteMessageBatch; by id as SoftLayer)."""
-    queue = check_queue_name(request.match_info["queue"])
-    query_params(request, ())
-    broker = request.app[BROKER]
-    entries = batch_entries(await read_json(request), "entries", MAX_HANDLE_BATCH, default_ids=False)
+    query = request.query if request.query_string else None
+    return await delete_batch_of(
+        request.app[BROKER], request.match_info["queue"], query, lambda limit: read_body(request, limit)
+    )
+
+
+async def delete_batch_of(
+    broker: Broker, queue_text: str, query: MultiMapping[str] | None, read: Callable[[int], Awaitable[bytes]]
+) -> web.Response:
+    """The work and answer of :func:`delete_batch` (also ``daemons._wire``'s); arguments as :func:`send_batch_of`'s.
+
+    Raises:
+        MQError: Whatever :func:`delete_batch` answers as an error (400, 404, 413, 503...).
+    """
+    queue = check_queue_name(queue_text)
+    if query is not None:
+        query_params(query, ())
+    entries = batch_entries(
+        parse_json(await read(SMALL_JSON_LIMIT_BYTES)), "entries", MAX_HANDLE_BATCH, default_ids=False
+    )
     await broker.queue_state(queue)
     errors: list[MQError | None] = [None] * len(entries)
     targets: list[tuple[int, ReceiptHandle | MessageId]] = []

@@ -53,11 +53,14 @@ from daemons._metrics import timed
 if TYPE_CHECKING:
     from daemons._wire import Wire
 
-__all__ = ["DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "FastPathRunner"]
+__all__ = ["BATCH_ROUTES", "DELETE_ROUTE", "MESSAGES_ROUTE", "FastPath", "FastPathRunner"]
 
 #: The canonical routes of the hot requests (their ``route`` label in ``mq_http_request_duration_seconds``).
 MESSAGES_ROUTE = "/{queue}/messages"
 DELETE_ROUTE = "/{queue}/messages/{message_id}"
+#: The batch send's and batch delete's routes (served by ``daemons._wire`` on its own connections; by the
+#: application on aiohttp's), by their last path segment.
+BATCH_ROUTES = {"batch": "/{queue}/messages/batch", "delete": "/{queue}/messages/delete"}
 
 _Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 _NOT_SEGMENTS = ("", ".", "..")
@@ -90,6 +93,7 @@ class FastPath:
             ("POST", MESSAGES_ROUTE): _auth.requirement("POST", MESSAGES_ROUTE),
             ("GET", MESSAGES_ROUTE): _auth.requirement("GET", MESSAGES_ROUTE),
             ("DELETE", DELETE_ROUTE): _auth.requirement("DELETE", DELETE_ROUTE),
+            **{("POST", route): _auth.requirement("POST", route) for route in BATCH_ROUTES.values()},
         }
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -114,11 +118,25 @@ class FastPath:
         """
         if method != "POST" and method != "GET" and method != "DELETE":
             return None
+        return self._parts(target, 4 if method == "DELETE" else 3)
+
+    def batch_parts(self, method: str, target: str) -> list[str] | None:
+        """The path segments of a batch send's or delete's request (``["", queue, "messages", "batch"|"delete"]``).
+
+        The rule of :meth:`hot_parts` for ``POST /{queue}/messages/batch`` and ``.../delete`` (``daemons._wire``
+        serves them on its own connections; through aiohttp they are the application's); None for anything else.
+        """
+        if method != "POST":
+            return None
+        parts = self._parts(target, 4)
+        return parts if parts is not None and parts[3] in BATCH_ROUTES else None
+
+    def _parts(self, target: str, n: int) -> list[str] | None:
+        """``target``'s path segments when it is ``/{queue}/messages`` (n=3) or ``/{queue}/messages/{x}`` (n=4)."""
         path, _, _ = target.partition("?")
         parts = path.split("/")
-        n = len(parts)
         if (
-            n == (4 if method == "DELETE" else 3)
+            len(parts) == n
             and parts[2] == "messages"
             and not parts[0]
             and parts[1] not in _NOT_SEGMENTS

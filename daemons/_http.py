@@ -219,7 +219,15 @@ async def read_json(request: web.Request, max_bytes: int = SMALL_JSON_LIMIT_BYTE
         MessageTooLarge: Body over ``max_bytes`` (413).
         InvalidRequest: Empty (when required) or not valid JSON (400).
     """
-    raw = await read_body(request, max_bytes)
+    return parse_json(await read_body(request, max_bytes), required=required)
+
+
+def parse_json(raw: bytes, *, required: bool = True) -> Any:
+    """A request body parsed as JSON (:func:`read_json`'s rules, also ``daemons._wire``'s batch send's).
+
+    Raises:
+        InvalidRequest: Empty (when required) or not valid JSON (400).
+    """
     if not raw.strip():
         if required:
             raise InvalidRequest("a JSON body is required")

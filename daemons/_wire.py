@@ -12,10 +12,14 @@ preformatted answers, calling the same shared work as aiohttp's handlers
 (:func:`daemons._http.send_of`, :func:`~daemons._http.receive_of`,
 :func:`~daemons._http.delete_of`; errors by :func:`~daemons._http.error_response`,
 tokens by :func:`daemons._auth.admit_token`, timing by :func:`daemons._metrics.timed`).
+The batch send and batch delete (``POST /<queue>/messages/batch`` and ``.../delete``,
+:meth:`~daemons._fastpath.FastPath.batch_parts`) are served here too, by
+:func:`daemons._batches.send_batch_of` and :func:`~daemons._batches.delete_batch_of`, with the
+application's answers byte for byte (through aiohttp they are the application's routes).
 
 The grammar: a request line ``GET|POST|DELETE SP /target SP HTTP/1.1|HTTP/1.0`` whose
 target has only unreserved, sub-delim, ``/:@?`` characters (no ``%``, no ``#``, no
-absolute form) and is one of the hot shapes (:meth:`daemons._fastpath.FastPath.hot_parts`);
+absolute form) and is one of the hot shapes (:meth:`daemons._fastpath.FastPath.hot_parts`) or a batch's;
 ASCII header lines ``name: value`` (a token name, no obs-fold, no control characters),
 each name at most once, a ``Host``, at most one ``Content-Length`` (digits; none or 0
 for GET and DELETE), ``Connection`` absent, ``close`` or ``keep-alive``, and no
@@ -51,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -62,8 +67,9 @@ from aiohttp.tcp_helpers import tcp_keepalive
 from multidict import MultiMapping
 
 from daemons import _auth
+from daemons._batches import delete_batch_of, send_batch_of
 from daemons._broker import Broker
-from daemons._fastpath import DELETE_ROUTE, MESSAGES_ROUTE, FastPath
+from daemons._fastpath import BATCH_ROUTES, DELETE_ROUTE, MESSAGES_ROUTE, FastPath
 from daemons._http import (
     body_timed_out,
     cut,
@@ -90,9 +96,14 @@ SCRATCH_BYTES = 262_144
 #: A received body this large is written after its head instead of copied into one buffer with it.
 SEPARATE_BODY_BYTES = 65_536
 
-_REQUEST_LINE = re.compile(rb"(GET|POST|DELETE) (/[-!$&'()*+,./0-9:;=?@A-Z_a-z~]*) HTTP/1\.([01])")
-_HEADER_LINE = re.compile(rb"([-!#$&'*+.^_`|~0-9A-Za-z]+):[ \t]*((?:[\x21-\x7e][ \t\x21-\x7e]*)?)")
-_NOT_HERE = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
+#: The whole header block of a request this module parses (the grammar above): request line, then each
+#: header line after its CRLF; a block it does not match goes to aiohttp.
+_HEAD = re.compile(
+    rb"(GET|POST|DELETE) (/[-!$&'()*+,./0-9:;=?@A-Z_a-z~]*) HTTP/1\.([01])"
+    rb"((?:\r\n[-!#$&'*+.^_`|~0-9A-Za-z]+:[ \t]*(?:[\x21-\x7e][ \t\x21-\x7e]*)?)*)"
+)
+#: One header line of a block :data:`_HEAD` matched (name, value with its trailing blanks).
+_FIELD = re.compile(r"\r\n([^:]+):[ \t]*([^\r]*)")
 _SERVER = b"Server: " + SERVER_SOFTWARE.encode() + b"\r\n"
 _STATUS = {
     (status.value, version): b"HTTP/1.%d %d %s\r\n" % (version, status.value, status.phrase.encode())
@@ -100,6 +111,7 @@ _STATUS = {
     for version in (0, 1)
 }
 _NO_BODY = frozenset((204, 304))
+_JSON_UTF8 = b"Content-Type: application/json; charset=utf-8\r\n"
 
 
 class _Reply:
@@ -145,46 +157,40 @@ class Wire:
 def _parse(head: bytes) -> tuple[str, str, int, bool, dict[str, str], int] | None:
     """(method, target, minor version, keep-alive, headers by lower-case name, Content-Length), or None.
 
-    None for anything outside this module's grammar (the connection goes to aiohttp).
+    None for anything outside this module's grammar (the connection goes to aiohttp). One regular
+    expression checks the whole block (ASCII only, CRLF only, token names, no obs-fold, no control
+    characters); a second one splits its header lines.
     """
-    if not head.isascii() or b"\n" in head.replace(b"\r\n", b""):
-        return None
-    lines = head.split(b"\r\n")
-    request = _REQUEST_LINE.fullmatch(lines[0])
+    request = _HEAD.fullmatch(head)
     if request is None:
         return None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        match = _HEADER_LINE.fullmatch(line)
-        if match is None:
-            return None
-        name = match[1].lower()
-        if name in _NOT_HERE:
-            return None
-        key = name.decode()
-        if key in headers:
-            return None
-        headers[key] = match[2].rstrip(b" \t").decode()
-    if "host" not in headers:
+    fields = _FIELD.findall(request[4].decode("ascii"))
+    headers = {name.lower(): value.rstrip() for name, value in fields}  # values hold no blanks but space and tab
+    if len(headers) != len(fields) or "host" not in headers:  # a name given twice, or no Host
         return None
+    if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers:
+        return None
+    method = request[1].decode()
     length = 0
     text = headers.get("content-length")
     if text is not None:
         if not text.isdigit() or len(text) > 18:
             return None
         length = int(text)
-    method = request[1].decode()
-    if length and method != "POST":
-        return None
+        if length and method != "POST":
+            return None
     minor = 1 if request[3] == b"1" else 0
     connection = headers.get("connection")
     if connection is None:
         keep_alive = minor == 1
     else:
         connection = connection.lower()
-        if connection != "close" and connection != "keep-alive":
+        if connection == "keep-alive":
+            keep_alive = True
+        elif connection == "close":
+            keep_alive = False
+        else:
             return None
-        keep_alive = connection == "keep-alive" or (minor == 1 and connection != "close")
     return method, request[2].decode(), minor, keep_alive, headers, length
 
 
@@ -312,10 +318,15 @@ class WireConnection(asyncio.BufferedProtocol):
                 self._hand_over()
             return
         method, target, minor, keep_alive, headers, length = parsed
+        settings = self._wire.broker.settings
         parts = self._wire.fast.hot_parts(method, target)
+        limit = settings.max_message_bytes  # --max-body: the most any queue takes
         if parts is None:
-            self._hand_over()
-            return
+            parts = self._wire.fast.batch_parts(method, target)
+            if parts is None:
+                self._hand_over()
+                return
+            limit = settings.batch_request_limit_bytes
         start = end + 4
         self._length = length
         if len(buf) - start >= length:
@@ -323,12 +334,12 @@ class WireConnection(asyncio.BufferedProtocol):
             self._buf = buf[start + length :]
         else:
             self._buf = b""
-            if length <= self._wire.broker.settings.max_message_bytes:  # --max-body: the most any queue takes
+            if length <= limit:
                 self._body = bytearray(length)
                 self._view = memoryview(self._body)
                 self._filled = len(buf) - start
                 self._view[: self._filled] = memoryview(buf)[start:]
-            else:  # over every queue's limit: 413 from Content-Length, the body dropped as it comes
+            else:  # over the route's limit for every queue: 413 from Content-Length, the body dropped as it comes
                 self._body = None
                 self._discard = length - (len(buf) - start)
         self._minor = minor
@@ -418,10 +429,12 @@ class WireConnection(asyncio.BufferedProtocol):
         self, method: str, target: str, parts: list[str], keep_alive: bool, headers: dict[str, str]
     ) -> None:
         """Answer one request, then go on with the next one in the buffer."""
-        route = MESSAGES_ROUTE if len(parts) == 3 else DELETE_ROUTE
         try:
             reply = await timed(
-                self._wire.broker.metrics.times, route, method, self._answer(method, target, parts, headers)
+                self._wire.broker.metrics.times,
+                _route(method, parts),
+                method,
+                self._answer(method, target, parts, headers),
             )
         except Exception:  # noqa: BLE001 -- a socket's error re-raised by error_response: the client went away
             self._task = None
@@ -459,7 +472,7 @@ class WireConnection(asyncio.BufferedProtocol):
         minor, conn = self._minor, self._conn
         path, _, query_string = target.partition("?")
         if wire.auth is not None:
-            route = MESSAGES_ROUTE if len(parts) == 3 else DELETE_ROUTE
+            route = _route(method, parts)
             peer = self._transport.get_extra_info("peername") if self._transport is not None else None
             where = (method, path, peer[0] if peer else None)
             _, refused = await _auth.admit_token(
@@ -470,6 +483,12 @@ class WireConnection(asyncio.BufferedProtocol):
                 return _response_reply(refused, minor, conn)
         query: MultiMapping[str] | None = yarl.URL.build(query_string=query_string).query if query_string else None
         try:
+            if method == "POST" and len(parts) == 4:  # a batch send or delete
+                read = lambda limit: self._read(limit, method, path)  # noqa: E731
+                if parts[3] == "delete":
+                    return _response_reply(await delete_batch_of(wire.broker, parts[1], query, read), minor, conn)
+                text = await send_batch_of(wire.broker, parts[1], query, read)
+                return _Reply(200, _head(200, minor, _JSON_UTF8, text.encode(), conn))
             if method == "POST":
                 message_id = await send_of(
                     wire.broker, parts[1], headers, lambda limit: self._read(limit, method, path)
@@ -491,7 +510,7 @@ class WireConnection(asyncio.BufferedProtocol):
                     return _Reply(200, _head(200, minor, fields.encode(), b"", conn, len(body)), tail=body)
                 return _Reply(200, _head(200, minor, fields.encode(), body, conn))
             body = await delete_of(wire.broker, parts[1], parts[3], query)
-            return _Reply(200, _head(200, minor, b"Content-Type: application/json; charset=utf-8\r\n", body, conn))
+            return _Reply(200, _head(200, minor, _JSON_UTF8, body, conn))
         except Exception as exc:  # noqa: BLE001 -- error_response logs it or raises it again
             response = error_response(exc, method, path)
             if isinstance(exc, RequestTimeout):  # the connection is cut after it
@@ -499,9 +518,24 @@ class WireConnection(asyncio.BufferedProtocol):
             return _response_reply(response, minor, conn)
 
 
+def _route(method: str, parts: list[str]) -> str:
+    """The ``route`` label of a request this module serves (what aiohttp's router names its resource)."""
+    if len(parts) == 3:
+        return MESSAGES_ROUTE
+    return BATCH_ROUTES[parts[3]] if method == "POST" else DELETE_ROUTE
+
+
+#: [second, the Date and Server lines of that second]: made once a second.
+_STAMP: list[Any] = [0, b""]
+
+
 def _date_server(conn: bytes) -> bytes:
     """Date (aiohttp's text, made once a second), Server (aiohttp's) and ``conn`` (a Connection header or b"")."""
-    return b"Date: %s\r\n%s%s" % (rfc822_formatted_time().encode(), _SERVER, conn)
+    now = int(time.time())
+    if now != _STAMP[0]:
+        _STAMP[1] = b"Date: %s\r\n%s" % (rfc822_formatted_time().encode(), _SERVER)
+        _STAMP[0] = now
+    return _STAMP[1] + conn if conn else _STAMP[1]  # type: ignore[no-any-return]
 
 
 def _head(

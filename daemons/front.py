@@ -157,7 +157,8 @@ def make_runner(broker: Broker, auth: _auth.Authenticator | None = None) -> _fas
     a long poll must not lease messages for a consumer that is gone); header
     values up to :data:`MAX_HEADER_FIELD_BYTES` are read; the single send, receive and delete skip the
     router and middlewares (``daemons._fastpath``), and on mq's own connections without aiohttp's parser
-    and responses (``daemons._wire``, the runner's ``wire``: ``serve`` passes it to the site); a request
+    and responses (``daemons._wire``, the runner's ``wire``: ``serve`` passes it to the site; the batch
+    send and batch delete too); a request
     line or header over aiohttp's
     limits gets the JSON error body (``daemons._badrequest``); a body is buffered up to
     :data:`READ_BUFFER_BYTES` twice over before its socket pauses; a connection without a complete

@@ -359,7 +359,9 @@ class InFlightName:
 
         A change of visibility keeps it; no other receive can make it.
         """
-        return self.filename[_DEADLINE_DIGITS + 1 :]
+        if self.token:  # the file name after ``DL.``, without formatting the deadline (a lookup per delete)
+            return f"{self.queue}.{self.message_id}.{self.receive_count}.{self.token}"
+        return f"{self.queue}.{self.message_id}.{self.receive_count}"
 
     @property
     def is_legacy(self) -> bool:

@@ -252,3 +252,10 @@ def test_tokens_are_checked_on_the_hot_routes(tmp_path: Path, daemons: Daemons) 
         assert (status, json.loads(body)["error"]) == (403, "forbidden")
         assert 'error="insufficient_scope"' in headers["www-authenticate"]
         assert conn.request("DELETE", f"/t/messages/{message_id}", headers=admin)[0] == 200
+    with Conn(daemon) as conn:  # a new connection: mq's own (the PUT above handed its connection to aiohttp)
+        batch = b'{"entries": [{"body": "x"}]}'
+        status, headers, body = conn.request("POST", "/t/messages/batch", batch)
+        assert (status, json.loads(body)["error"], "www-authenticate" in headers) == (401, "unauthorized", True)
+        assert conn.request("POST", "/t/messages/batch", batch, "Authorization: Bearer nope\r\n")[0] == 401
+        status, _, body = conn.request("POST", "/t/messages/batch", batch, producer)
+        assert (status, [e["id"] for e in json.loads(body)["successful"]]) == (200, ["0"])
