@@ -130,13 +130,14 @@ class Sender:
         if immediate:
             state, admitted = await self._reserve(queue, state, len(immediate))
         refused = set(immediate[admitted:])
-        chosen = [i for i in range(len(entries)) if i not in refused]
+        # Usually every entry is admitted: the entries as they are, not a copy (a list per batch).
+        chosen = [i for i in range(len(entries)) if i not in refused] if refused else range(len(entries))
         stored: list[MessageId | MQError] = []
         try:
             if chosen:
                 await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
                 with self.broker.lone.held():  # always the savers (a file each, fsyncs in parallel); counted: see send
-                    stored = await self._store_batch(queue, [entries[i] for i in chosen])
+                    stored = await self._store_batch(queue, [entries[i] for i in chosen] if refused else entries)
                 ready = [
                     ready_name(result, 0)
                     for i, result in zip(chosen, stored, strict=True)
@@ -145,11 +146,13 @@ class Sender:
                 self.queues.note_ready(queue, *ready)
         finally:
             state.sending -= admitted
-        by_entry = dict(zip(chosen, stored, strict=True))
         self.broker.counts.add("sent", queue, sum(isinstance(result, str) for result in stored))
-        self.broker.counts.add("capacity_rejected", queue, len(refused))
-        full = queue_full(queue, state.attrs)
         _idorder.acknowledged([result for result in stored if isinstance(result, str)])
+        if not refused:
+            return stored
+        self.broker.counts.add("capacity_rejected", queue, len(refused))
+        by_entry = dict(zip(chosen, stored, strict=True))
+        full = queue_full(queue, state.attrs)
         return [by_entry.get(i, full) for i in range(len(entries))]
 
     async def _store_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:

@@ -543,6 +543,8 @@ class Layout:
         self.root = os.path.abspath(os.fspath(root))
         #: queue name -> its checked directory path (every receive and delete asks for one).
         self._queue_dirs: dict[str, str] = {}
+        #: queue name -> ``new/<queue>.``, the checked start of its files' paths in ``new/`` (one per file sent).
+        self._new_prefixes: dict[str, str] = {}
         self.new = os.path.join(self.root, NEW_DIR)
         self.queues = os.path.join(self.root, QUEUES_DIR)
         self.delay = os.path.join(self.root, DELAY_DIR)
@@ -591,8 +593,15 @@ class Layout:
         return os.path.join(self.queue_dir(queue), ready_name(message_id, receive_count))
 
     def new_path(self, queue: QueueName, message_id: MessageId) -> str:
-        """Path of a message file being written."""
-        return os.path.join(self.new, new_name(check_queue_name(queue), check_message_id(message_id)))
+        """Path of a message file being written, ``new/Q.ID`` (both checked again: the queue once per name, as
+        :meth:`queue_dir`; the id each time)."""
+        prefix = self._new_prefixes.get(queue) if type(queue) is str else None
+        if prefix is None:
+            prefix = os.path.join(self.new, new_name(check_queue_name(queue), MessageId("")))
+            if len(self._new_prefixes) >= _MAX_CACHED_QUEUE_DIRS:
+                self._new_prefixes.clear()
+            self._new_prefixes[queue] = prefix
+        return prefix + check_message_id(message_id)
 
     def delay_path(self, filename: str) -> str:
         """Path of a file in ``delay/``."""

@@ -211,6 +211,10 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+#: Flags of a message file's create (O_EXCL: never over another file), computed once.
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
 class Disk:
     """How one :class:`~mqcore.protocol.Store` makes its writes durable.
 
@@ -275,7 +279,7 @@ class Disk:
             StorageUnavailable: Any other failure (EEXIST too without ``exists_ok_to_retry``).
         """
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, _CREATE_FLAGS, 0o644)
         except FileExistsError as exc:
             if exists_ok_to_retry:
                 lost_race("create", exc)

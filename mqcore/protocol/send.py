@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from mqcore import model
 from mqcore.errors import MQError, StorageUnavailable
-from mqcore.names import MessageId, QueueName, in_flight_name, new_lease_token, ready_name
+from mqcore.names import MessageId, QueueName, in_flight_name, new_lease_token
 from mqcore.protocol._fs import storage_error
 from mqcore.protocol.queues import Queues
 
@@ -16,18 +16,24 @@ from mqcore.protocol.queues import Queues
 SEND_CREATE_ATTEMPTS = 3
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PendingMessage:
-    """A message written and fsynced in ``new/`` but not yet in its queue."""
+    """A message written and fsynced in ``new/`` but not yet in its queue (not changed once made).
+
+    Not frozen: a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+    about three times the cost, and one is made per file sent (docs/performance.md, "Batch send").
+    """
 
     queue: QueueName
     message_id: MessageId
     path: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendEntry:
-    """One message of a batch send.
+    """One message of a batch send (not changed once made: :func:`dataclasses.replace` makes another).
+
+    Not frozen, as :class:`PendingMessage`: one is made per message sent.
 
     Attributes:
         body: The body bytes.
@@ -135,7 +141,7 @@ class Sending(Queues):
                 raise self._not_found(pending.queue)
         else:
             target_dir = qdir
-            target = os.path.join(qdir, ready_name(pending.message_id, 0))
+            target = f"{qdir}/{pending.message_id}.0"  # os.path.join(qdir, ready_name(id, 0)): qdir ends in a name
         try:
             os.rename(pending.path, target)
         except OSError as exc:

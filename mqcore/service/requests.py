@@ -209,7 +209,8 @@ def check_message_size(size_bytes: int, attrs: QueueAttributes) -> None:
 
 def entry_size(entry: SendEntry) -> int:
     """What a message counts against ``max_message_bytes``: its body plus its attributes, in bytes."""
-    return len(entry.body) + attributes_size(entry.attributes or {})
+    attributes = entry.attributes
+    return len(entry.body) + attributes_size(attributes) if attributes else len(entry.body)
 
 
 def send_entry(
