@@ -30,7 +30,7 @@ from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.fsinfo import dir_stamp, mount_of
 from mqcore.index import Listing, ReadyIndex
-from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, MessageId, QueueName, parse_ready_name
+from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, MessageId, QueueName
 from mqcore.protocol import LeasePolicy, Store
 from mqcore.service.receive import lease_policy
 from mqcore.watch import ARRIVED, DIR_GONE, LEFT, OVERFLOW, DirWatcher, open_watcher
@@ -400,8 +400,11 @@ class QueueStates:
                 self.fire(self.room, queue)  # a waiting sender re-reads the capacity
             return
         if kind == ARRIVED:
-            if self.own.arrived(name) and parse_ready_name(name) is not None:
-                state.index.add(name)
+            if self.own.arrived(name):
+                try:
+                    state.index.add(name)  # parses the name once: ValueError for any name that is not ID.RC
+                except ValueError:
+                    return  # not a message (a stray file)
                 self.fire(self.arrivals, queue)
         elif kind == LEFT and name in state.index:
             state.index.discard(name)
