@@ -102,8 +102,7 @@ async def send_batch(request: web.Request) -> web.Response:
     must fit max_message_bytes (413 for the whole request).
     """
     broker = request.app[BROKER]
-    query = request.query if request.query_string else None
-    text = await send_batch_of(broker, request.match_info["queue"], query, lambda limit: read_body(request, limit))
+    text = await send_batch_of(broker, request.match_info["queue"], request.query, lambda n: read_body(request, n))
     return web.Response(text=text, content_type="application/json")
 
 
@@ -112,15 +111,15 @@ async def send_batch_of(
 ) -> str:
     """The work of :func:`send_batch` (also ``daemons._wire``'s): the entries checked and stored; the answer's JSON.
 
-    ``queue_text`` is the path's queue segment (not yet checked), ``query`` the query's parameters (None
-    without a query string), ``read(limit)`` reads the body, at most ``limit`` bytes (MessageTooLarge,
+    ``queue_text`` is the path's queue segment (not yet checked), ``query`` the query's parameters (None or
+    empty without a query string), ``read(limit)`` reads the body, at most ``limit`` bytes (MessageTooLarge,
     RequestTimeout).
 
     Raises:
         MQError: Whatever :func:`send_batch` answers as an error (400, 404, 413, 503...).
     """
     queue = check_queue_name(queue_text)
-    if query is not None:
+    if query:
         query_params(query, ())
     state = await broker.queue_state(queue)
     attrs = state.attrs
@@ -174,9 +173,8 @@ async def _run_entries(
 async def delete_batch(request: web.Request) -> web.Response:
     """POST /<queue>/messages/delete {"entries": [{"id", "receipt_handle" | "message_id"}]} (1-10)
     -> 200 {"successful": [{"id"}], "failed": [...]} (SQS DeleteMessageBatch; by id as SoftLayer)."""
-    query = request.query if request.query_string else None
     return await delete_batch_of(
-        request.app[BROKER], request.match_info["queue"], query, lambda limit: read_body(request, limit)
+        request.app[BROKER], request.match_info["queue"], request.query, lambda n: read_body(request, n)
     )
 
 
@@ -189,7 +187,7 @@ async def delete_batch_of(
         MQError: Whatever :func:`delete_batch` answers as an error (400, 404, 413, 503...).
     """
     queue = check_queue_name(queue_text)
-    if query is not None:
+    if query:
         query_params(query, ())
     entries = batch_entries(
         parse_json(await read(SMALL_JSON_LIMIT_BYTES)), "entries", MAX_HANDLE_BATCH, default_ids=False

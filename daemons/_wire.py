@@ -483,16 +483,14 @@ class WireConnection(asyncio.BufferedProtocol):
                 return _response_reply(refused, minor, conn)
         query: MultiMapping[str] | None = yarl.URL.build(query_string=query_string).query if query_string else None
         try:
-            if method == "POST" and len(parts) == 4:  # a batch send or delete
-                read = lambda limit: self._read(limit, method, path)  # noqa: E731
-                if parts[3] == "delete":
-                    return _response_reply(await delete_batch_of(wire.broker, parts[1], query, read), minor, conn)
-                text = await send_batch_of(wire.broker, parts[1], query, read)
-                return _Reply(200, _head(200, minor, _JSON_UTF8, text.encode(), conn))
             if method == "POST":
-                message_id = await send_of(
-                    wire.broker, parts[1], headers, lambda limit: self._read(limit, method, path)
-                )
+                read = lambda limit: self._read(limit, method, path)  # noqa: E731
+                if len(parts) == 4:  # a batch send or delete
+                    if parts[3] == "delete":
+                        return _response_reply(await delete_batch_of(wire.broker, parts[1], query, read), minor, conn)
+                    text = await send_batch_of(wire.broker, parts[1], query, read)
+                    return _Reply(200, _head(200, minor, _JSON_UTF8, text.encode(), conn))
+                message_id = await send_of(wire.broker, parts[1], headers, read)
                 return _Reply(
                     201,
                     _head(201, minor, b"X-Message-Id: %s\r\nContent-Type: application/json\r\n" % message_id.encode(),
