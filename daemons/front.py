@@ -77,6 +77,7 @@ from daemons._http import (
 )
 from daemons._inline import INLINE_IO_MODES
 from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
+from daemons._savers import FILE_SYNC_MODES
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
 from daemons._sqs_auth import IGNORED_CREDENTIALS
@@ -419,6 +420,16 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     help="auto: a lone send, receive or delete does its file work on the event loop, on a local filesystem "
     "only (never on FUSE, NFS, CIFS); never: always on the worker threads.",
 )
+@click.option(
+    "--file-sync",
+    type=click.Choice(FILE_SYNC_MODES),
+    default="auto",
+    envvar="MQ_FILE_SYNC",
+    show_envvar=True,
+    show_default=True,
+    help="How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
+    "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs (docs/api.md).",
+)
 @_listen.security_options
 @click.pass_context
 def cli(ctx: click.Context, /, **values: Any) -> int:
@@ -452,6 +463,7 @@ def cli(ctx: click.Context, /, **values: Any) -> int:
         min_free_bytes=values["min_free_bytes"],
         processes=values["processes"],
         inline_io=values["inline_io"],
+        file_sync=values["file_sync"],
     )
     if settings.processes > 1:
         return _runtime.run(lambda: _processes.supervise(settings))
