@@ -119,7 +119,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
             fill.communicate()
             time.sleep(2)  # the reaper and mover idle again
         script = {"send": "post_batch.lua", "single": "post.lua"}.get(args.mode, "recv_delete_batch.lua")
-        threads = args.clients if args.mode == "recv" else 2
+        threads = args.clients if args.mode == "recv" else min(2, args.clients)
         proc = wrk(script, url, queue, args.clients, threads, int(args.warmup + args.seconds + 1))
         time.sleep(args.warmup)
         pids = daemons.pids()
