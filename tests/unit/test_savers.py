@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from daemons._savers import Savers, syncfs_allowed
-from mqcore.fsinfo import MountInfo, mount_of
 from mqcore.errors import QueueNotFound
+from mqcore.fsinfo import MountInfo, mount_of
 from mqcore.protocol import SendEntry, Store
 
 
@@ -19,7 +19,7 @@ def saver_threads() -> set[threading.Thread]:
 
 
 def file_sync_of(savers: Savers, mode: str) -> None:
-    """``--file-sync mode`` for ``savers``; ``syncfs`` must take effect (the tests' temp dir is on a local filesystem)."""
+    """``--file-sync mode`` for ``savers``; ``syncfs`` must take effect (tmp_path is on a local filesystem)."""
     assert savers.use_file_sync(mode, mount_of(savers.store.layout.root)) == (mode == "syncfs")
 
 
