@@ -261,7 +261,8 @@ class FsyncTimes(Collector):
     def _family(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
             "mq_storage_fsync_duration_seconds",
-            "fsync latency, by kind: file (a message file) or directory (one group-commit round).",
+            "fsync latency, by kind: file (a message file), directory (one group-commit round) or syncfs (one round"
+            " of the message files' group commit).",
             labels=["kind"],
         )
         with self._lock:

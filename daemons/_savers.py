@@ -104,6 +104,7 @@ class SaveJob:
         "queue",
         "refused",
         "results",
+        "syncfs_epoch",
         "syncs",
         "syncs_done",
         "written",
@@ -131,6 +132,8 @@ class SaveJob:
         #: Directory fsyncs the job waits for, and a count of those done (as ``parts_done``).
         self.syncs = 0
         self.syncs_done = itertools.count(1)
+        #: ``Disk.syncfs_epoch`` read before the job's first file was written (``--file-sync syncfs``).
+        self.syncfs_epoch = 0
         #: The thread writing the job itself (:meth:`Savers.send_here`), whose own finish sets the future
         #: directly; 0: a saver's job, always handed back through the loop's delivery.
         self.here = 0
@@ -425,7 +428,7 @@ class Savers(Executor):
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
             if self.syncfs and job.here == 0 and any(job.written):
-                self.store.disk.syncfs_later(lambda error: self._files_synced(job, error))
+                self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:
                 self._publish(job)
 
@@ -467,6 +470,7 @@ class Savers(Executor):
                 self._take_ids(job, refused)
 
     def _take_ids(self, job: SaveJob, refused: MQError | None) -> None:
+        job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
         job.refused = refused
         count = len(job.entries)
         ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]

@@ -252,6 +252,13 @@ class FsSyncer:
     Linux 5.8 ``syncfs`` reports a writeback error of the filesystem once per open file description
     (errseq), so every error since it was opened fails the round that sees it.
 
+    An error is reported once, but the pages it lost may belong to files of callers of later rounds
+    (written while the failed round ran, or before it, and written back by it or by the kernel's
+    flusher): a later ``syncfs`` finds them clean and succeeds. So every caller gives the
+    :meth:`epoch` it read before it wrote its first file, and a caller whose epoch is older than
+    the last failed round gets that round's error even if its own round succeeded ("fsyncgate":
+    nothing that may have been lost is ever called durable).
+
     Args:
         root: A directory on the filesystem (mq's root).
     Raises:
@@ -265,25 +272,44 @@ class FsSyncer:
         self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._cond = threading.Condition(threading.Lock())
         self._later: dict[str, list[Done]] = {}
+        #: Failed rounds so far, and the error of the last one.
+        self._failures = 0
+        self._failure = OSError(errno.EIO, os.strerror(errno.EIO))
 
-    def sync_later(self, done: Done) -> None:
+    def epoch(self) -> int:
+        """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
+        return self._failures
+
+    def sync_later(self, done: Done, epoch: int) -> None:
         """Call ``done`` once a ``syncfs`` that started after this call has completed; never wait for it.
 
         ``done`` runs on the thread leading the round (this one, if nobody was leading); it must be
-        quick and must not raise. It gets None, or the OSError of its round's ``syncfs``.
+        quick and must not raise. It gets None, or the OSError of its round's ``syncfs``, or that of
+        the last failed round if one failed after ``epoch`` was read (see the class).
+
+        Args:
+            done: The callback.
+            epoch: :meth:`epoch`, read before the caller's files were written.
         """
+
+        def checked(error: OSError | None) -> None:
+            done(self._failure if error is None and self._failures != epoch else error)
+
         with self._cond:
             waiting = self._later.get("")
             if waiting is not None:
-                waiting.append(done)
+                waiting.append(checked)
                 return
-            self._later[""] = [done]
+            self._later[""] = [checked]
         lead_rounds(self._cond, self._later, "", self._sync, "syncfs")
 
     def _sync(self) -> None:
         if self._syncfs(self._fd) != 0:
             code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
+            error = OSError(code, os.strerror(code))
+            self._failure = error
+            self._failures += 1  # before any callback of this round runs (only the leader writes these)
+            raise error
 
     def close(self) -> None:
         """Close the descriptor on the root (no round may start after this)."""
@@ -331,7 +357,11 @@ class Disk:
         if self.files is None:
             self.files = FsSyncer(root)
 
-    def syncfs_later(self, done: Callable[[StorageUnavailable | None], None]) -> None:
+    def syncfs_epoch(self) -> int:
+        """:meth:`FsSyncer.epoch` (0 before :meth:`use_syncfs`): read before writing files for :meth:`syncfs_later`."""
+        return 0 if self.files is None else self.files.epoch()
+
+    def syncfs_later(self, done: Callable[[StorageUnavailable | None], None], epoch: int) -> None:
         """Make the data of every file written (and closed) before this call durable, then call ``done``; never wait.
 
         One ``syncfs`` of the root's filesystem covers every caller that came before it started
@@ -342,6 +372,8 @@ class Disk:
         Args:
             done: Called once: None, or the StorageUnavailable of a failed ``syncfs`` (the files'
                 data may or may not survive a power cut).
+            epoch: :meth:`syncfs_epoch`, read before the files were written (a round that failed
+                since fails this caller too: :class:`FsSyncer`).
         Raises:
             RuntimeError: :meth:`use_syncfs` was not called.
         """
@@ -354,7 +386,7 @@ class Disk:
         def synced(error: OSError | None) -> None:
             done(None if error is None else storage_error("syncfs", error))
 
-        self.files.sync_later(synced)
+        self.files.sync_later(synced, epoch)
 
     def sync_dir(self, path: str, step: str) -> None:
         """Make every rename into directory ``path`` done before this call durable (group commit).

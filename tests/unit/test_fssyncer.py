@@ -21,6 +21,7 @@ def test_every_caller_of_concurrent_rounds_is_called_back_once_with_success(tmp_
 
     def caller(t: int) -> None:
         for k in range(40):
+            epoch = syncer.epoch()
             with open(tmp_path / f"f{t}.{k}", "wb") as f:
                 f.write(b"x" * 100)
 
@@ -28,7 +29,7 @@ def test_every_caller_of_concurrent_rounds_is_called_back_once_with_success(tmp_
                 with lock:
                     calls.setdefault(key, []).append(error)
 
-            syncer.sync_later(done)
+            syncer.sync_later(done, epoch)
 
     threads = [threading.Thread(target=caller, args=(t,)) for t in range(8)]
     for thread in threads:
