@@ -276,6 +276,13 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     return line
 
 
+def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) -> Callable[[Any], Any]:
+    """A ``click.option`` of a choice among ``choices`` whose default is ``auto``, also set by ``envvar``."""
+    return click.option(
+        flag, type=click.Choice(choices), default="auto", envvar=envvar, show_envvar=True, show_default=True, help=text
+    )
+
+
 @click.command(name="mq", context_settings={"help_option_names": ["-h", "--help"]})
 @_runtime.config_option
 @_runtime.root_option
@@ -410,24 +417,18 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     show_default=True,
     help="JSON file of access key id -> secret key; SQS requests must then be SigV4-signed with one.",
 )
-@click.option(
+@_auto_choice(
     "--inline-io",
-    type=click.Choice(INLINE_IO_MODES),
-    default="auto",
-    envvar="MQ_INLINE_IO",
-    show_envvar=True,
-    show_default=True,
-    help="auto: a lone send, receive or delete does its file work on the event loop, on a local filesystem "
+    INLINE_IO_MODES,
+    "MQ_INLINE_IO",
+    "auto: a lone send, receive or delete does its file work on the event loop, on a local filesystem "
     "only (never on FUSE, NFS, CIFS); never: always on the worker threads.",
 )
-@click.option(
+@_auto_choice(
     "--file-sync",
-    type=click.Choice(FILE_SYNC_MODES),
-    default="auto",
-    envvar="MQ_FILE_SYNC",
-    show_envvar=True,
-    show_default=True,
-    help="How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
+    FILE_SYNC_MODES,
+    "MQ_FILE_SYNC",
+    "How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
     "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs (docs/api.md).",
 )
 @_listen.security_options
