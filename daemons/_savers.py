@@ -35,7 +35,8 @@ A lone single send (:mod:`daemons._inline`: no other send, receive or delete in
 flight in the process, on a local filesystem) skips both crossings:
 :meth:`Savers.send_here` runs the same steps on the event loop's thread.
 
-With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only) a saver's
+With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only; with ``auto``
+only for a job taken while no saver is free: at a low rate the file fsyncs cost less) a saver's
 files are written and closed without their fsyncs; the thread that writes a job's last part
 leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
 one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes
@@ -104,6 +105,7 @@ class SaveJob:
         "queue",
         "refused",
         "results",
+        "syncfs",
         "syncfs_epoch",
         "syncs",
         "syncs_done",
@@ -132,7 +134,9 @@ class SaveJob:
         #: Directory fsyncs the job waits for, and a count of those done (as ``parts_done``).
         self.syncs = 0
         self.syncs_done = itertools.count(1)
-        #: ``Disk.syncfs_epoch`` read before the job's first file was written (``--file-sync syncfs``).
+        #: Its files' data are made durable by the ``syncfs`` group commit, not by their own fsyncs
+        #: (:meth:`Savers._take_ids` decides), and ``Disk.syncfs_epoch`` read before its first file was written.
+        self.syncfs = False
         self.syncfs_epoch = 0
         #: The thread writing the job itself (:meth:`Savers.send_here`), whose own finish sets the future
         #: directly; 0: a saver's job, always handed back through the loop's delivery.
@@ -201,8 +205,10 @@ class Savers(Executor):
         self._closed = False
         #: Told each job's ready names before its renames (set by the daemon; None: nobody).
         self.ready_names: ReadyNames | None = None
-        #: Savers write files without fsync and group-commit their data by ``syncfs`` (:meth:`use_file_sync`).
+        #: Savers may write files without fsync and group-commit their data by ``syncfs`` (:meth:`use_file_sync`):
+        #: always (``syncfs``), or only for the jobs taken while no saver is free (``auto``).
         self.syncfs = False
+        self.syncfs_always = False
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -214,6 +220,7 @@ class Savers(Executor):
             OSError: The root cannot be opened for ``syncfs``.
         """
         self.syncfs = syncfs_allowed(mode, mount)
+        self.syncfs_always = self.syncfs and mode == "syncfs"
         if self.syncfs:
             self.store.disk.use_syncfs(self.store.layout.root)
         return self.syncfs
@@ -410,7 +417,7 @@ class Savers(Executor):
                 job.results[i] = job.refused
         else:
             write_new, queue, ids, entries = self.store.write_new, job.queue, job.ids, job.entries
-            fsync = not self.syncfs or job.here != 0  # the lone send on the loop keeps its file fsync
+            fsync = not job.syncfs
             for i in range(start, stop):
                 entry = entries[i]
                 try:
@@ -427,7 +434,7 @@ class Savers(Executor):
                 except MQError as exc:
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
-            if self.syncfs and job.here == 0 and any(job.written):
+            if job.syncfs and any(job.written):
                 self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:
                 self._publish(job)
@@ -470,7 +477,12 @@ class Savers(Executor):
                 self._take_ids(job, refused)
 
     def _take_ids(self, job: SaveJob, refused: MQError | None) -> None:
-        job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
+        # syncfs: never for the lone send on the loop (one writer: two group commits in a row cost more
+        # than its fsync); with ``auto`` only while no saver is free, i.e. when enough sends overlap for
+        # one syncfs to cover many files (docs/performance.md, "Sends: a group commit by syncfs").
+        if self.syncfs and job.here == 0 and (self.syncfs_always or self._free() <= 0):
+            job.syncfs = True
+            job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
         job.refused = refused
         count = len(job.entries)
         ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
