@@ -36,7 +36,7 @@ flight in the process, on a local filesystem) skips both crossings:
 :meth:`Savers.send_here` runs the same steps on the event loop's thread.
 
 With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only; with ``auto``
-only for a job taken while no saver is free: at a low rate the file fsyncs cost less) a saver's
+only while more sends overlap than there are savers: at a low rate the file fsyncs cost less) a saver's
 files are written and closed without their fsyncs; the thread that writes a job's last part
 leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
 one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes
@@ -209,6 +209,11 @@ class Savers(Executor):
         #: always (``syncfs``), or only for the jobs taken while no saver is free (``auto``).
         self.syncfs = False
         self.syncfs_always = False
+        #: Jobs handed over by :meth:`send` (loop thread), and the count of those finished (a saver's
+        #: ``next`` of ``_finished``, atomic under the GIL): how many sends overlap, for ``auto``.
+        self._sent = 0
+        self._finished = itertools.count(1)
+        self._done = 0
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -239,6 +244,7 @@ class Savers(Executor):
             RuntimeError: The pool was shut down.
         """
         job = SaveJob(queue, entries, self._bound_loop().create_future())
+        self._sent += 1
         if len(entries) > 1 and self._free() > 1:  # a part per file: the files' fsyncs overlap on the free savers
             job.bounds = list(range(len(entries) + 1))
         self._put([(job, k) for k in range(len(job.bounds) - 1)])
@@ -478,9 +484,9 @@ class Savers(Executor):
 
     def _take_ids(self, job: SaveJob, refused: MQError | None) -> None:
         # syncfs: never for the lone send on the loop (one writer: two group commits in a row cost more
-        # than its fsync); with ``auto`` only while no saver is free, i.e. when enough sends overlap for
-        # one syncfs to cover many files (docs/performance.md, "Sends: a group commit by syncfs").
-        if self.syncfs and job.here == 0 and (self.syncfs_always or self._free() <= 0):
+        # than its fsync); with ``auto`` only while more sends overlap than there are savers, so that one
+        # syncfs covers many files (docs/performance.md, "Sends: a group commit by syncfs").
+        if self.syncfs and job.here == 0 and (self.syncfs_always or self._sent - self._done > self.workers):
             job.syncfs = True
             job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
         job.refused = refused
@@ -528,6 +534,8 @@ class Savers(Executor):
         outcome at once, without a wake of the loop.
         """
         outcome = (job.future, True, job.results) if exc is None else (job.future, False, exc)
+        if job.here == 0:
+            self._done = next(self._finished)
         if job.here == threading.get_ident():  # 0 (a saver's job) is no thread's ident
             settle(outcome)
             return
