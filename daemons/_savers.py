@@ -206,7 +206,7 @@ class Savers(Executor):
         #: Told each job's ready names before its renames (set by the daemon; None: nobody).
         self.ready_names: ReadyNames | None = None
         #: Savers may write files without fsync and group-commit their data by ``syncfs`` (:meth:`use_file_sync`):
-        #: always (``syncfs``), or only for the jobs taken while no saver is free (``auto``).
+        #: always (``syncfs``), or only for the jobs taken while more sends are in flight than ``workers`` (``auto``).
         self.syncfs = False
         self.syncfs_always = False
         #: Jobs handed over by :meth:`send` (loop thread), and the count of those finished (a saver's

@@ -87,8 +87,9 @@ class Settings:
     """``auto``: a lone send, receive or delete does its file work on the event loop, on a local
     filesystem only (daemons._inline); ``never``: always on the worker threads."""
     file_sync: str = "auto"
-    """How a send's file data is made durable before its rename: ``fsync`` each file; ``syncfs``
-    (and ``auto``): one ``syncfs`` per group of files, on a local filesystem only (daemons._savers)."""
+    """How a send's file data is made durable before its rename: ``fsync`` each file; ``syncfs``: one
+    ``syncfs`` per group of files, on a local filesystem only (daemons._savers); ``auto``: ``syncfs``
+    while more sends are in flight than ``workers``."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -429,7 +429,8 @@ def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) ->
     FILE_SYNC_MODES,
     "MQ_FILE_SYNC",
     "How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
-    "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs (docs/api.md).",
+    "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs while more "
+    "sends are in flight than --workers (docs/api.md).",
 )
 @_listen.security_options
 @click.pass_context
