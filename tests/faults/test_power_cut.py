@@ -184,7 +184,7 @@ async def receive_all(stack, queue: str) -> dict[str, bytes]:
 #: properties: an fsync there writes the file's or directory's own blocks and inode, not the group
 #: descriptors and bitmaps of what it allocated, nor a new directory's blocks when its parent is
 #: fsynced, so after a cut e2fsck finds inodes in a group's "unused" area and corrupt directories and
-#: clears entries of acknowledged messages (seen with --file-sync fsync, main's form, 2 runs in 6).
+#: clears entries of acknowledged messages (seen with --file-sync fsync, main's form, 2 runs in 7).
 #: Run, shown as XFAIL/XPASS, never required: mq's contract is a journaled filesystem (section 5).
 NO_JOURNAL = pytest.param(
     False,
