@@ -4,7 +4,8 @@ Alternates variants of the code (each a ``PYTHONPATH`` directory, ``-`` for this
 round by round, A B, B A, A B ..., so that a shared machine's load falls on every variant alike.
 Each round starts mq + mq-mover + mq-reaper (this venv's console scripts; the variant's
 ``mqcore`` and ``daemons`` through ``PYTHONPATH``) on a root of its own under ``--root``,
-runs ``bench/lua/post_batch.lua`` (``send``) or prefills and runs
+runs ``bench/lua/post_batch.lua`` (``send``), ``bench/lua/post.lua`` (``single``: one message a
+request) or prefills and runs
 ``bench/lua/recv_delete_batch.lua`` (``recv``) under wrk at ``--clients`` connections,
 discards ``--warmup`` seconds and reads every daemon thread's user and system ticks from
 ``/proc/<pid>/task/*/stat`` over ``--seconds``. CPU per message: the daemons' ticks over the
@@ -13,6 +14,9 @@ Prints one JSON line per round and a median table at the end::
 
     .venv/bin/python bench/ab_batches.py --variant main=/work/mq-base-batch --variant new=- \\
         --mode send --rounds 3 --root /dev/shm/ab
+
+``--variant-arg NAME=ARG`` (repeatable) gives variant NAME's mq an extra argument, so one checkout
+can run as two variants (e.g. ``--variant fsync=- --variant-arg fsync=--file-sync=fsync``).
 
 Not a test: figures only (docs/performance.md).
 """
@@ -58,6 +62,13 @@ def snapshot(pids: dict[str, int]) -> dict[str, dict[str, tuple[int, int]]]:
     return {name: thread_ticks(pid) for name, pid in pids.items()}
 
 
+def machine_busy() -> int:
+    """Busy ticks of the whole machine (``/proc/stat``: all but idle and iowait), every process and kernel thread."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4]
+
+
 def depth(url: str, queue: str) -> int:
     with urllib.request.urlopen(f"{url}/{queue}", timeout=30) as resp:
         return int(json.load(resp)["ready"])
@@ -94,7 +105,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = path
-    daemons = Daemons(root / "mq", root / "logs", None, [])
+    daemons = Daemons(root / "mq", root / "logs", None, args.mq_args.get(variant, []))
     url = daemons.start()
     queue = f"ab-{variant}-{n}"
     make_queue(url, queue)
@@ -107,12 +118,12 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
             fill.terminate()
             fill.communicate()
             time.sleep(2)  # the reaper and mover idle again
-        script = "post_batch.lua" if args.mode == "send" else "recv_delete_batch.lua"
-        threads = 2 if args.mode == "send" else args.clients
+        script = {"send": "post_batch.lua", "single": "post.lua"}.get(args.mode, "recv_delete_batch.lua")
+        threads = args.clients if args.mode == "recv" else min(2, args.clients)
         proc = wrk(script, url, queue, args.clients, threads, int(args.warmup + args.seconds + 1))
         time.sleep(args.warmup)
         pids = daemons.pids()
-        d0, t0, s0 = depth(url, queue), time.monotonic(), snapshot(pids)
+        d0, t0, s0, m0 = depth(url, queue), time.monotonic(), snapshot(pids), machine_busy()
         attached = [
             subprocess.Popen(cmd.format(pid=pids[who], out=f"{root}/{who}", seconds=int(args.seconds)), shell=True)
             for who, cmd in (a.split("=", 1) for a in args.attach)
@@ -120,7 +131,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
         time.sleep(args.seconds)
         for a in attached:
             a.wait()
-        d1, t1, s1 = depth(url, queue), time.monotonic(), snapshot(pids)
+        d1, t1, s1, m1 = depth(url, queue), time.monotonic(), snapshot(pids), machine_busy()
         proc.communicate()
         daemons.check_alive()
     finally:
@@ -149,6 +160,8 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
         "messages_per_s": round(messages / (t1 - t0), 1),
         "ran_dry": args.mode == "recv" and d1 == 0,  # empty receives counted: the figure is too high
         "ms_per_message": round(total / 1000, 3),
+        # The whole machine's busy CPU (wrk, the kernel's writeback threads, other users too) per message.
+        "machine_ms_per_message": round((m1 - m0) / TICK * 1e3 / max(messages, 1), 3),
         "daemons_ms": daemons_ms,
         "threads_us": per,
         "load": os.getloadavg()[0],
@@ -158,7 +171,8 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", action="append", required=True, help="NAME=PYTHONPATH ('-' for this checkout)")
-    ap.add_argument("--mode", choices=("send", "recv"), required=True)
+    ap.add_argument("--mode", choices=("send", "single", "recv"), required=True)
+    ap.add_argument("--variant-arg", action="append", default=[], help="NAME=ARG: an extra mq argument of variant NAME")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -173,6 +187,10 @@ def main() -> None:
     ap.add_argument("--same-root", action="store_true", help="run every round on one root (a queue per round)")
     ap.add_argument("--root", required=True, help="a directory; each round gets its own root in it")
     args = ap.parse_args()
+    args.mq_args = {}
+    for item in args.variant_arg:
+        name, arg = item.split("=", 1)
+        args.mq_args.setdefault(name, []).append(arg)
     variants = [v.split("=", 1) for v in args.variant]
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in variants}
     for n in range(1, args.rounds + 1):
@@ -184,7 +202,11 @@ def main() -> None:
     for name, rounds in results.items():
         figures = [r["ms_per_message"] for r in rounds]
         rounds_text = " / ".join(f"{f:.3f}" for f in figures)
-        print(f"{name}: ms per message {rounds_text} (median {statistics.median(figures):.3f})")
+        rates = [r["messages_per_s"] for r in rounds]
+        print(
+            f"{name}: ms per message {rounds_text} (median {statistics.median(figures):.3f}); "
+            f"messages/s {' / '.join(f'{r:.0f}' for r in rates)} (median {statistics.median(rates):.0f})"
+        )
 
 
 if __name__ == "__main__":

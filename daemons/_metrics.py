@@ -70,7 +70,7 @@ REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 #: Upper bounds of the fsync latency buckets, in seconds.
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 #: The kinds of fsync the fsync histogram has a series for (its ``kind`` label).
-FSYNC_KINDS = ("file", "directory")
+FSYNC_KINDS = ("file", "directory", "syncfs")
 #: fsync observations that may wait for a scrape before the observing thread counts them (:class:`FsyncTimes`).
 FSYNC_PENDING_MAX = 4096
 #: Upper bounds of the group-commit batch size buckets (callers covered by one directory fsync).
@@ -261,7 +261,8 @@ class FsyncTimes(Collector):
     def _family(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
             "mq_storage_fsync_duration_seconds",
-            "fsync latency, by kind: file (a message file) or directory (one group-commit round).",
+            "fsync latency, by kind: file (a message file), directory (one group-commit round) or syncfs (one round"
+            " of the message files' group commit).",
             labels=["kind"],
         )
         with self._lock:

@@ -34,27 +34,56 @@ renames and the fsync of each directory they went to (docs/protocol.md 6.2).
 A lone single send (:mod:`daemons._inline`: no other send, receive or delete in
 flight in the process, on a local filesystem) skips both crossings:
 :meth:`Savers.send_here` runs the same steps on the event loop's thread.
+
+With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only; with ``auto``
+only while more sends overlap than there are savers: at a low rate the file fsyncs cost less) a saver's
+files are written and closed without their fsyncs; the thread that writes a job's last part
+leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
+one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes
+all their data durable, and only then is each job handed back to a saver (ahead of the queued
+work) to be renamed into place and left with the directory's group commit as above. A failed
+``syncfs`` fails every entry of its round (the files are unlinked, nothing is renamed). The
+lone send on the loop thread keeps its file fsync (one writer: ``syncfs`` gains nothing there).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, Protocol, TypeVar
 
 from daemons._loopdelivery import LoopDelivery, delivery_for, settle
-from mqcore.errors import MQError, QueueNotFound
+from mqcore.errors import MQError, QueueNotFound, StorageUnavailable
+from mqcore.fsinfo import MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
+from mqcore.protocol._fs import syncfs_available
 
 T = TypeVar("T")
 
 #: A job's outcome: per entry its message id or its error.
 Results = list[MessageId | MQError]
+
+#: Values of ``--file-sync``: how a saver makes a message file's data durable before its rename.
+FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
+
+
+def syncfs_allowed(mode: str, mount: MountInfo | None) -> bool:
+    """Whether savers use the ``syncfs`` group commit for ``--file-sync mode`` on ``mount``.
+
+    Args:
+        mode: One of :data:`FILE_SYNC_MODES`: ``fsync`` never; ``syncfs`` and ``auto`` on a local
+            filesystem (:attr:`mqcore.fsinfo.MountInfo.local`) where libc has ``syncfs``.
+        mount: The mount of the root (:func:`mqcore.fsinfo.mount_of`), or None if unknown (never then:
+            on FUSE, NFS, CIFS or Ceph a ``syncfs`` may not reach the server's disk).
+    """
+    return mode != "fsync" and mount is not None and mount.local and syncfs_available()
 
 
 class SaveJob:
@@ -76,6 +105,8 @@ class SaveJob:
         "queue",
         "refused",
         "results",
+        "syncfs",
+        "syncfs_epoch",
         "syncs",
         "syncs_done",
         "written",
@@ -103,6 +134,10 @@ class SaveJob:
         #: Directory fsyncs the job waits for, and a count of those done (as ``parts_done``).
         self.syncs = 0
         self.syncs_done = itertools.count(1)
+        #: Its files' data are made durable by the ``syncfs`` group commit, not by their own fsyncs
+        #: (:meth:`Savers._take_ids` decides), and ``Disk.syncfs_epoch`` read before its first file was written.
+        self.syncfs = False
+        self.syncfs_epoch = 0
         #: The thread writing the job itself (:meth:`Savers.send_here`), whose own finish sets the future
         #: directly; 0: a saver's job, always handed back through the loop's delivery.
         self.here = 0
@@ -170,6 +205,30 @@ class Savers(Executor):
         self._closed = False
         #: Told each job's ready names before its renames (set by the daemon; None: nobody).
         self.ready_names: ReadyNames | None = None
+        #: Savers may write files without fsync and group-commit their data by ``syncfs`` (:meth:`use_file_sync`):
+        #: always (``syncfs``), or only for the jobs taken while more sends are in flight than ``workers`` (``auto``).
+        self.syncfs = False
+        self.syncfs_always = False
+        #: Jobs handed over by :meth:`send` (loop thread), and the count of those finished (a saver's
+        #: ``next`` of ``_finished``, atomic under the GIL): how many sends overlap, for ``auto``.
+        self._sent = 0
+        self._finished = itertools.count(1)
+        self._done = 0
+
+    def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
+        """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
+
+        Args:
+            mode: One of :data:`FILE_SYNC_MODES` (:func:`syncfs_allowed` decides).
+            mount: The mount of the root, or None if unknown.
+        Raises:
+            OSError: The root cannot be opened for ``syncfs``.
+        """
+        self.syncfs = syncfs_allowed(mode, mount)
+        self.syncfs_always = self.syncfs and mode == "syncfs"
+        if self.syncfs:
+            self.store.disk.use_syncfs(self.store.layout.root)
+        return self.syncfs
 
     # -- event loop ------------------------------------------------------------
 
@@ -185,6 +244,7 @@ class Savers(Executor):
             RuntimeError: The pool was shut down.
         """
         job = SaveJob(queue, entries, self._bound_loop().create_future())
+        self._sent += 1
         if len(entries) > 1 and self._free() > 1:  # a part per file: the files' fsyncs overlap on the free savers
             job.bounds = list(range(len(entries) + 1))
         self._put([(job, k) for k in range(len(job.bounds) - 1)])
@@ -258,11 +318,15 @@ class Savers(Executor):
             self._put([(_Call(fn, args, future), 0)])
         return future
 
-    def _put(self, items: list[_Item]) -> None:
-        """Queue ``items`` and wake as many idle threads (the latest idle first), starting threads if none is idle."""
+    def _put(self, items: list[_Item], *, first: bool = False) -> None:
+        """Queue ``items`` (ahead of the queued work if ``first``) and wake as many idle threads (the latest idle
+        first), starting threads if none is idle."""
         if self._closed:
             raise RuntimeError("mq savers: cannot run a job after shutdown")
-        self._work.extend(items)
+        if first:
+            self._work.extendleft(items)
+        else:
+            self._work.extend(items)
         for _ in items:
             try:
                 park = self._idle.pop()
@@ -325,7 +389,10 @@ class Savers(Executor):
                 self._call(job)
                 continue
             try:
-                self._write(job, k)
+                if k < 0:  # its files' data are durable (syncfs): rename them into place
+                    self._publish(job)
+                else:
+                    self._write(job, k)
             except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
                 self._finish(job, exc)
 
@@ -356,6 +423,7 @@ class Savers(Executor):
                 job.results[i] = job.refused
         else:
             write_new, queue, ids, entries = self.store.write_new, job.queue, job.ids, job.entries
+            fsync = not job.syncfs
             for i in range(start, stop):
                 entry = entries[i]
                 try:
@@ -367,10 +435,32 @@ class Savers(Executor):
                         ids[i],
                         entry.attribute_types,
                         check_queue=False,  # _open checked the queue once for the job
+                        fsync=fsync,
                     )
                 except MQError as exc:
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
+            if job.syncfs and any(job.written):
+                self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
+            else:
+                self._publish(job)
+
+    def _files_synced(self, job: SaveJob, error: StorageUnavailable | None) -> None:
+        """The ``syncfs`` round covering ``job``'s files ended (its leader's thread): publish it on a saver.
+
+        A failed round fails every file of the job (unlinked here: never renamed, so never a
+        message; mq-reaper would sweep it from ``new/`` otherwise).
+        """
+        if error is not None:
+            for i, pending in enumerate(job.written):
+                if pending is not None:
+                    job.results[i] = error
+                    job.written[i] = None
+                    with contextlib.suppress(OSError):
+                        os.unlink(pending.path)
+        try:
+            self._put([(job, -1)], first=True)  # the leader goes on with the next round
+        except RuntimeError:  # shut down: no saver takes work any more, publish on this thread
             self._publish(job)
 
     def _open(self, job: SaveJob) -> None:
@@ -393,6 +483,12 @@ class Savers(Executor):
                 self._take_ids(job, refused)
 
     def _take_ids(self, job: SaveJob, refused: MQError | None) -> None:
+        # syncfs: never for the lone send on the loop (one writer: two group commits in a row cost more
+        # than its fsync); with ``auto`` only while more sends overlap than there are savers, so that one
+        # syncfs covers many files (docs/performance.md, "Sends: a group commit by syncfs").
+        if self.syncfs and job.here == 0 and (self.syncfs_always or self._sent - self._done > self.workers):
+            job.syncfs = True
+            job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
         job.refused = refused
         count = len(job.entries)
         ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
@@ -438,6 +534,8 @@ class Savers(Executor):
         outcome at once, without a wake of the loop.
         """
         outcome = (job.future, True, job.results) if exc is None else (job.future, False, exc)
+        if job.here == 0:
+            self._done = next(self._finished)
         if job.here == threading.get_ident():  # 0 (a saver's job) is no thread's ident
             settle(outcome)
             return

@@ -13,6 +13,7 @@ is written on the loop thread instead, with the same steps.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from daemons import _idorder, _runtime
@@ -25,6 +26,8 @@ from mqcore.service.capacity import admit, queue_full
 
 if TYPE_CHECKING:
     from daemons._broker import Broker
+
+logger = logging.getLogger("mq.front")  # the mq daemon's logger, as daemons._broker
 
 
 class Sender:
@@ -39,6 +42,14 @@ class Sender:
         self.queues = broker.queues
         self.savers = broker.savers
         self.savers.ready_names = broker.queues  # each name indexed once, no inotify read per send (daemons/_own.py)
+        mount = broker.mount
+        syncfs = self.savers.use_file_sync(broker.settings.file_sync, mount)
+        logger.info(
+            "file sync %s (--file-sync %s, root on %s)",
+            ("syncfs" if self.savers.syncfs_always else "syncfs while every saver is busy") if syncfs else "fsync",
+            broker.settings.file_sync,
+            mount.fstype if mount is not None else "an unknown filesystem",
+        )
 
     async def _reserve(self, queue: QueueName, state: QueueState, wanted: int) -> tuple[QueueState, int]:
         """Admit up to ``wanted`` sends under the queue's capacity; wait for room up to capacity_wait_seconds.

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from daemons import _runtime
 from daemons._inline import INLINE_IO_MODES
+from daemons._savers import FILE_SYNC_MODES
 from mqcore.attributes import MAX_MESSAGE_BYTES, MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
 from mqcore.errors import ConfigError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES
@@ -85,6 +86,10 @@ class Settings:
     inline_io: str = "auto"
     """``auto``: a lone send, receive or delete does its file work on the event loop, on a local
     filesystem only (daemons._inline); ``never``: always on the worker threads."""
+    file_sync: str = "auto"
+    """How a send's file data is made durable before its rename: ``fsync`` each file; ``syncfs``: one
+    ``syncfs`` per group of files, on a local filesystem only (daemons._savers); ``auto``: ``syncfs``
+    while more sends are in flight than ``workers``."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -126,6 +131,8 @@ class Settings:
         _runtime.positive("min-free-bytes", self.min_free_bytes, allow_zero=True)
         if self.inline_io not in INLINE_IO_MODES:
             raise ConfigError(f"inline-io must be auto or never, got {self.inline_io!r}", key="inline_io")
+        if self.file_sync not in FILE_SYNC_MODES:
+            raise ConfigError(f"file-sync must be auto, fsync or syncfs, got {self.file_sync!r}", key="file_sync")
         if not 1 <= self.processes <= MAX_PROCESSES:
             raise ConfigError(f"processes must be 1-{MAX_PROCESSES} or auto, got {self.processes}", key="processes")
 

@@ -77,6 +77,7 @@ from daemons._http import (
 )
 from daemons._inline import INLINE_IO_MODES
 from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
+from daemons._savers import FILE_SYNC_MODES
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
 from daemons._sqs_auth import IGNORED_CREDENTIALS
@@ -275,6 +276,13 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     return line
 
 
+def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) -> Callable[[Any], Any]:
+    """A ``click.option`` of a choice among ``choices`` whose default is ``auto``, also set by ``envvar``."""
+    return click.option(
+        flag, type=click.Choice(choices), default="auto", envvar=envvar, show_envvar=True, show_default=True, help=text
+    )
+
+
 @click.command(name="mq", context_settings={"help_option_names": ["-h", "--help"]})
 @_runtime.config_option
 @_runtime.root_option
@@ -409,15 +417,20 @@ def _status_line(broker: Broker, runner: web.AppRunner) -> Callable[[], str]:
     show_default=True,
     help="JSON file of access key id -> secret key; SQS requests must then be SigV4-signed with one.",
 )
-@click.option(
+@_auto_choice(
     "--inline-io",
-    type=click.Choice(INLINE_IO_MODES),
-    default="auto",
-    envvar="MQ_INLINE_IO",
-    show_envvar=True,
-    show_default=True,
-    help="auto: a lone send, receive or delete does its file work on the event loop, on a local filesystem "
+    INLINE_IO_MODES,
+    "MQ_INLINE_IO",
+    "auto: a lone send, receive or delete does its file work on the event loop, on a local filesystem "
     "only (never on FUSE, NFS, CIFS); never: always on the worker threads.",
+)
+@_auto_choice(
+    "--file-sync",
+    FILE_SYNC_MODES,
+    "MQ_FILE_SYNC",
+    "How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
+    "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs while more "
+    "sends are in flight than --workers (docs/api.md).",
 )
 @_listen.security_options
 @click.pass_context
@@ -452,6 +465,7 @@ def cli(ctx: click.Context, /, **values: Any) -> int:
         min_free_bytes=values["min_free_bytes"],
         processes=values["processes"],
         inline_io=values["inline_io"],
+        file_sync=values["file_sync"],
     )
     if settings.processes > 1:
         return _runtime.run(lambda: _processes.supervise(settings))

@@ -11,6 +11,7 @@ are written in terms of these.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import logging
@@ -19,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from mqcore.errors import QueueNotFound, StorageUnavailable
 
@@ -176,26 +177,144 @@ class DirSyncer:
                 waiting.append(done)  # a leader is running a round: it runs the next one for us
                 return
             self._later[path] = [done]
-        while True:
-            with self._cond:
-                callers = self._later[path]
-                if not callers:
-                    del self._later[path]  # nobody left anything meanwhile: the next caller leads
-                    return
-                self._later[path] = []
-            error: OSError | None = None
-            started = time.perf_counter()
+        lead_rounds(self._cond, self._later, path, lambda: fsync_dir(path), "directory")
+
+
+#: A group commit's callback: None, or the OSError of the round that covered its caller.
+Done = Callable[[OSError | None], None]
+
+
+def lead_rounds(
+    cond: threading.Condition, later: dict[str, list[Done]], key: str, sync: Callable[[], None], kind: str
+) -> None:
+    """Run rounds of ``sync`` for the callers left in ``later[key]`` until none is left (the leader of a group commit).
+
+    Each round takes every caller left before it started, runs ``sync`` once and calls each of them
+    with its outcome (None, or the OSError; an error is never retried for them: "fsyncgate"). When a
+    round ends and nobody left anything meanwhile, ``later[key]`` is removed: the next caller leads.
+
+    Args:
+        cond: The lock guarding ``later``.
+        later: Callers waiting per key; ``later[key]`` exists (the caller put itself there, as leader).
+        key: The directory, or ``""`` for a filesystem's ``syncfs``.
+        sync: One round's system call(s); raises OSError.
+        kind: :data:`STORAGE_HOOKS` ``on_fsync``'s kind (``"directory"`` or ``"syncfs"``).
+    """
+    while True:
+        with cond:
+            callers = later[key]
+            if not callers:
+                del later[key]  # nobody left anything meanwhile: the next caller leads
+                return
+            later[key] = []
+        error: OSError | None = None
+        started = time.perf_counter()
+        try:
+            sync()
+        except OSError as exc:
+            error = exc
+        if error is None and STORAGE_HOOKS.on_fsync is not None:
+            STORAGE_HOOKS.on_fsync(kind, time.perf_counter() - started, len(callers))
+        for callback in callers:
             try:
-                fsync_dir(path)
-            except OSError as exc:
-                error = exc
-            if error is None and STORAGE_HOOKS.on_fsync is not None:
-                STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, len(callers))
-            for callback in callers:
-                try:
-                    callback(error)
-                except Exception:  # a bug in one caller must not leave the directory leaderless
-                    logger.exception("a group-commit callback failed path=%s", path)
+                callback(error)
+            except Exception:  # a bug in one caller must not leave the group commit leaderless
+                logger.exception("a group-commit callback failed key=%s", key)
+
+
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs(2)`` through ctypes (Python 3.11 has no ``os.syncfs``), or None where libc has none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return cast("Callable[[int], int]", fn)
+
+
+_SYNCFS = _libc_syncfs()
+
+
+def syncfs_available() -> bool:
+    """True if this process can call ``syncfs(2)`` (libc has it)."""
+    return _SYNCFS is not None
+
+
+class FsSyncer:
+    """A group commit of ``syncfs(2)`` on the filesystem of ``root``: the data of many files, one system call.
+
+    A caller writes and closes its files without fsyncing them, then calls :meth:`sync_later`; a
+    round's ``syncfs`` starts after every caller it covers called, so it writes back their data
+    (and everything else dirty on that filesystem). Whoever calls while a round runs is covered by
+    the next one, as :meth:`DirSyncer.sync_later`. The descriptor on ``root`` stays open: since
+    Linux 5.8 ``syncfs`` reports a writeback error of the filesystem once per open file description
+    (errseq), so every error since it was opened fails the round that sees it.
+
+    An error is reported once, but the pages it lost may belong to files of callers of later rounds
+    (written while the failed round ran, or before it, and written back by it or by the kernel's
+    flusher): a later ``syncfs`` finds them clean and succeeds. So every caller gives the
+    :meth:`epoch` it read before it wrote its first file, and a caller whose epoch is older than
+    the last failed round gets that round's error even if its own round succeeded ("fsyncgate":
+    nothing that may have been lost is ever called durable).
+
+    Args:
+        root: A directory on the filesystem (mq's root).
+    Raises:
+        OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
+    """
+
+    def __init__(self, root: str) -> None:
+        if _SYNCFS is None:
+            raise OSError(errno.ENOSYS, "libc has no syncfs")
+        self._syncfs = _SYNCFS
+        self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._cond = threading.Condition(threading.Lock())
+        self._later: dict[str, list[Done]] = {}
+        #: Failed rounds so far, and the error of the last one.
+        self._failures = 0
+        self._failure = OSError(errno.EIO, os.strerror(errno.EIO))
+
+    def epoch(self) -> int:
+        """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
+        return self._failures
+
+    def sync_later(self, done: Done, epoch: int) -> None:
+        """Call ``done`` once a ``syncfs`` that started after this call has completed; never wait for it.
+
+        ``done`` runs on the thread leading the round (this one, if nobody was leading); it must be
+        quick and must not raise. It gets None, or the OSError of its round's ``syncfs``, or that of
+        the last failed round if one failed after ``epoch`` was read (see the class).
+
+        Args:
+            done: The callback.
+            epoch: :meth:`epoch`, read before the caller's files were written.
+        """
+
+        def checked(error: OSError | None) -> None:
+            done(self._failure if error is None and self._failures != epoch else error)
+
+        with self._cond:
+            waiting = self._later.get("")
+            if waiting is not None:
+                waiting.append(checked)
+                return
+            self._later[""] = [checked]
+        lead_rounds(self._cond, self._later, "", self._sync, "syncfs")
+
+    def _sync(self) -> None:
+        if self._syncfs(self._fd) != 0:
+            code = ctypes.get_errno()
+            error = OSError(code, os.strerror(code))
+            self._failure = error
+            self._failures += 1  # before any callback of this round runs (only the leader writes these)
+            raise error
+
+    def close(self) -> None:
+        """Close the descriptor on the root (no round may start after this)."""
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
 
 
 def fsync_dir(path: str) -> None:
@@ -226,6 +345,48 @@ class Disk:
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
         self.syncer = DirSyncer()
+        #: The ``syncfs`` group commit of the root's filesystem, once :meth:`use_syncfs` opened it (None: not used).
+        self.files: FsSyncer | None = None
+
+    def use_syncfs(self, root: str) -> None:
+        """Open the ``syncfs`` group commit on ``root``'s filesystem (:attr:`files`), for :meth:`syncfs_later`.
+
+        Raises:
+            OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
+        """
+        if self.files is None:
+            self.files = FsSyncer(root)
+
+    def syncfs_epoch(self) -> int:
+        """:meth:`FsSyncer.epoch` (0 before :meth:`use_syncfs`): read before writing files for :meth:`syncfs_later`."""
+        return 0 if self.files is None else self.files.epoch()
+
+    def syncfs_later(self, done: Callable[[StorageUnavailable | None], None], epoch: int) -> None:
+        """Make the data of every file written (and closed) before this call durable, then call ``done``; never wait.
+
+        One ``syncfs`` of the root's filesystem covers every caller that came before it started
+        (:class:`FsSyncer`); ``done`` may run on this thread before this returns, or later on the
+        thread leading the round, and must be quick and must not raise. Without fsyncs (``fsync``
+        False) ``done(None)`` at once.
+
+        Args:
+            done: Called once: None, or the StorageUnavailable of a failed ``syncfs`` (the files'
+                data may or may not survive a power cut).
+            epoch: :meth:`syncfs_epoch`, read before the files were written (a round that failed
+                since fails this caller too: :class:`FsSyncer`).
+        Raises:
+            RuntimeError: :meth:`use_syncfs` was not called.
+        """
+        if not self.fsync:
+            done(None)
+            return
+        if self.files is None:
+            raise RuntimeError("mq disk: syncfs_later before use_syncfs")
+
+        def synced(error: OSError | None) -> None:
+            done(None if error is None else storage_error("syncfs", error))
+
+        self.files.sync_later(synced, epoch)
 
     def sync_dir(self, path: str, step: str) -> None:
         """Make every rename into directory ``path`` done before this call durable (group commit).
@@ -265,7 +426,9 @@ class Disk:
 
         self.syncer.sync_later(path, synced)
 
-    def write_file(self, path: str, data: bytes, *, exists_ok_to_retry: bool = False, body: bytes = b"") -> None:
+    def write_file(
+        self, path: str, data: bytes, *, exists_ok_to_retry: bool = False, body: bytes = b"", sync: bool = True
+    ) -> None:
         """Create ``path`` (O_EXCL), write ``data`` and fsync it; on failure unlink it and raise.
 
         Args:
@@ -274,6 +437,8 @@ class Disk:
             exists_ok_to_retry: Raise FileExistsError for EEXIST (the caller retries under another name).
             body: Bytes written after ``data`` with the same ``writev``, so a large message body is
                 not copied into one string with its header first.
+            sync: False skips the fsync: the caller makes the data durable otherwise (:meth:`syncfs_later`)
+                before it renames the file anywhere.
         Raises:
             FileExistsError: The create said EEXIST and ``exists_ok_to_retry`` (nothing was created).
             StorageUnavailable: Any other failure (EEXIST too without ``exists_ok_to_retry``).
@@ -290,7 +455,7 @@ class Disk:
         step = "write"
         try:
             write_all(fd, data, body)
-            if self.fsync:
+            if sync and self.fsync:
                 step = "fsync"
                 started = time.perf_counter()
                 os.fsync(fd)

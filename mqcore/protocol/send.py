@@ -67,6 +67,7 @@ class Sending(Queues):
         attribute_types: dict[str, str] | None = None,
         *,
         check_queue: bool = True,
+        fsync: bool = True,
     ) -> PendingMessage:
         """Send, step 1: write the message to ``new/Q.ID`` (O_EXCL) and fsync it.
 
@@ -84,6 +85,9 @@ class Sending(Queues):
                 that checked: the daemon's savers check a batch's queue once for all its files. If
                 the queue is gone anyway (deleted since), the file is written and the publish's
                 rename finds that out (QueueNotFound, the file unlinked).
+            fsync: False writes and closes the file without its fsync: the caller must make its data
+                durable (``self.disk.syncfs_later``: one ``syncfs`` for many files) before it renames
+                it into place (docs/protocol.md 6.2).
         Raises:
             QueueNotFound: The queue does not exist (nothing is written; only with ``check_queue``).
             StorageUnavailable: Create, write or fsync failed; the partial file
@@ -96,7 +100,9 @@ class Sending(Queues):
         for attempt in range(1, SEND_CREATE_ATTEMPTS + 1):
             path = self.layout.new_path(queue, message_id)
             try:
-                self.disk.write_file(path, head, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS, body=body)
+                self.disk.write_file(
+                    path, head, exists_ok_to_retry=attempt < SEND_CREATE_ATTEMPTS, body=body, sync=fsync
+                )
             except FileExistsError:
                 # Ids are unique, so the name is not another sender's file: GlusterFS without kernel caches
                 # can answer EEXIST to both of two racing O_EXCL creates with no file left (docs/protocol.md

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from daemons._savers import Savers
+from daemons._savers import Savers, syncfs_allowed
 from mqcore.errors import QueueNotFound
+from mqcore.fsinfo import MountInfo, mount_of
 from mqcore.protocol import SendEntry, Store
 
 
@@ -17,11 +18,18 @@ def saver_threads() -> set[threading.Thread]:
     return {thread for thread in threading.enumerate() if thread.name.startswith("mq-saver-")}
 
 
-async def test_sends_and_calls_share_the_threads_which_start_only_as_work_needs_them(tmp_path):
+def file_sync_of(savers: Savers, mode: str) -> None:
+    """``--file-sync mode`` for ``savers``; ``syncfs`` must take effect (tmp_path is on a local filesystem)."""
+    assert savers.use_file_sync(mode, mount_of(savers.store.layout.root)) == (mode == "syncfs")
+
+
+@pytest.mark.parametrize("mode", ["fsync", "syncfs"])
+async def test_sends_and_calls_share_the_threads_which_start_only_as_work_needs_them(tmp_path, mode):
     store = Store(str(tmp_path / "root"))
     store.create_queue("q")
     before = saver_threads()
     savers = Savers(store, workers=3)
+    file_sync_of(savers, mode)
     try:
         assert saver_threads() == before  # no thread before the first job
         assert await savers.run(sum, [1, 2, 3]) == 6
@@ -45,11 +53,13 @@ async def test_sends_and_calls_share_the_threads_which_start_only_as_work_needs_
         savers.submit(print)
 
 
-async def test_batches_sent_while_every_saver_is_busy_are_stored_whole_and_in_order(tmp_path):
+@pytest.mark.parametrize("mode", ["fsync", "syncfs"])
+async def test_batches_sent_while_every_saver_is_busy_are_stored_whole_and_in_order(tmp_path, mode):
     """Concurrent batches on two savers (most written by one saver each): every entry stored, each batch in order."""
     store = Store(str(tmp_path / "root"))
     store.create_queue("q")
     savers = Savers(store, workers=2)
+    file_sync_of(savers, mode)
     try:
         batches = [[SendEntry(body=f"b{b}m{i}".encode()) for i in range(10)] for b in range(6)]
         sends = [savers.send("q", entries) for entries in batches]
@@ -67,3 +77,12 @@ async def test_batches_sent_while_every_saver_is_busy_are_stored_whole_and_in_or
     for entries, ids in zip(batches, results, strict=True):  # each id's file holds its own entry's body
         assert [bodies[message_id] for message_id in ids] == [entry.body for entry in entries]
     assert all(isinstance(result, QueueNotFound) for refused in missing for result in refused)
+
+
+def test_syncfs_only_on_a_local_filesystem_and_never_when_told():
+    ext4 = MountInfo("/dev/vda", "/", "ext4")
+    assert syncfs_allowed("auto", ext4) and syncfs_allowed("syncfs", ext4)
+    assert not syncfs_allowed("fsync", ext4)
+    for remote in ("fuse.glusterfs", "nfs4", "cifs", "ceph", "somethingfs"):
+        assert not syncfs_allowed("syncfs", MountInfo("host:/vol", "/mnt", remote))
+    assert not syncfs_allowed("syncfs", None)  # unknown
