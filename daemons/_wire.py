@@ -349,6 +349,7 @@ class WireConnection(asyncio.BufferedProtocol):
             self._conn = b"Connection: close\r\n" if minor else b""
         self._wire.server.requests_count += 1
         self._task = self._loop.create_task(self._serve(method, target, parts, keep_alive, headers))
+        self._wire.broker.lone.arrived(self._loop)  # after create_task: see LoneOps.arrived
 
     def _hand_over(self) -> None:
         """Give the connection to aiohttp: a handler of the runner's server, with every byte not yet consumed."""
