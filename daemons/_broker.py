@@ -432,6 +432,8 @@ class Broker:
             ServerBusy: More than ``--max-waiters`` long polls wait on the queue (503).
         """
         queue = request.queue
+        if request.wait_time_seconds <= 0:  # no long poll: no arrival to wait for, so no signal to hold
+            return await self._lease_some(request, True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_time_seconds
         check_exists = True

@@ -14,9 +14,12 @@ same order, with the same errors, as the thread would have made.
 "Lone" means: this is the only send, receive or delete of this process that has
 reached its file work and not finished it, and so were the last
 :data:`LONE_STREAK` ones (:class:`LoneOps`). Requests that arrive together are
-all counted before any of them decides (the first one yields to the loop once,
-so the others that were read in the same loop iteration reach their decision
-point too); any of them then sees company and uses the threads exactly as
+all counted before any of them decides: mq's own connections (``daemons._wire``)
+count each request they read (:meth:`LoneOps.arrived`) before its task first
+runs, so the first one sees the others read in the same loop iteration; a
+request not counted so (one served through aiohttp, a long poll woken later)
+yields to the loop once instead, so the others read with it reach their
+decision point too. Any of them then sees company and uses the threads exactly as
 before (savers with their group commit, fetcher batches, the remover's batched
 fsync of ``remove/``). So under concurrency nothing changes; at one client
 nothing waits for a thread.
@@ -86,7 +89,7 @@ class LoneOps:
         enabled: :func:`inline_allowed`'s answer; False: :meth:`enter` always answers False.
     """
 
-    __slots__ = ("active", "enabled", "entered", "inline", "streak")
+    __slots__ = ("active", "burst", "enabled", "entered", "inline", "streak")
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -97,15 +100,32 @@ class LoneOps:
         #: Operations that asked (:meth:`enter`), and those told they are alone (mq logs both when it stops).
         self.entered = 0
         self.inline = 0
+        #: Requests :meth:`arrived` in this loop iteration (0 again once their first steps have run).
+        self.burst = 0
+
+    def arrived(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Count a request read now whose task was just created (call right after ``create_task``).
+
+        The count is cleared by a callback queued behind the first such task, so it runs after
+        every task created in the same loop iteration has taken its first step: a request
+        that reaches :meth:`enter` in that step sees how many arrived with it, without a yield.
+        """
+        if not self.burst:
+            loop.call_soon(self._burst_over)
+        self.burst += 1
+
+    def _burst_over(self) -> None:
+        self.burst = 0
 
     async def enter(self) -> bool:
         """Count this operation; True if it is the only one (do its file work on the loop thread).
 
         False at once if another is in flight, or if one was during the last :data:`LONE_STREAK`
-        operations. Else it yields to the loop once before it decides, so that requests read in the
-        same loop iteration as this one reach :meth:`enter` first and it sees them (a burst after
-        a quiet spell: none of it goes inline). Cancelled meanwhile (the client went away), it is
-        uncounted again and the cancellation goes on.
+        operations, or if others :meth:`arrived` with this one. A request not counted by
+        :meth:`arrived` (none this iteration) yields to the loop once before it decides instead, so
+        that requests read in the same loop iteration as this one reach :meth:`enter` first and it
+        sees them (a burst after a quiet spell: none of it goes inline). Cancelled meanwhile (the
+        client went away), it is uncounted again and the cancellation goes on.
         """
         self.active += 1
         self.entered += 1
@@ -117,12 +137,16 @@ class LoneOps:
         if self.streak < LONE_STREAK:  # company lately: use the threads until it has been gone a while
             self.streak += 1
             return False
-        try:
-            await asyncio.sleep(0)
-        except BaseException:
-            self.active -= 1
-            raise
-        if self.active > 1:
+        if self.burst == 1:  # counted on its connection, alone in its loop iteration: no yield needed
+            self.inline += 1
+            return True
+        if not self.burst:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                self.active -= 1
+                raise
+        if self.burst > 1 or self.active > 1:
             self.streak = 0
             return False
         self.inline += 1

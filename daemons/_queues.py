@@ -406,8 +406,7 @@ class QueueStates:
                 except ValueError:
                     return  # not a message (a stray file)
                 self.fire(self.arrivals, queue)
-        elif kind == LEFT and name in state.index:
-            state.index.discard(name)
+        elif kind == LEFT and state.index.discard(name):  # one parse of the name; most are this daemon's own leases
             self.fire(self.room, queue)
 
     def expect_ready(self, queue: QueueName, names: list[str]) -> None:

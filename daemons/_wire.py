@@ -98,11 +98,10 @@ SEPARATE_BODY_BYTES = 65_536
 
 #: The whole header block of a request this module parses (the grammar above): request line, then each
 #: header line after its CRLF; a block it does not match goes to aiohttp.
-_HEAD = re.compile(
-    rb"(GET|POST|DELETE) (/[-!$&'()*+,./0-9:;=?@A-Z_a-z~]*) HTTP/1\.([01])"
-    rb"((?:\r\n[-!#$&'*+.^_`|~0-9A-Za-z]+:[ \t]*(?:[\x21-\x7e][ \t\x21-\x7e]*)?)*)"
-)
-#: One header line of a block :data:`_HEAD` matched (name, value with its trailing blanks).
+#: The grammar of a request's head, in two: its request line (which holds no CR) and its header lines, each CRLF-led.
+_LINE = re.compile(rb"(GET|POST|DELETE) (/[-!$&'()*+,./0-9:;=?@A-Z_a-z~]*) HTTP/1\.([01])")
+_FIELDS = re.compile(rb"(?:\r\n[-!#$&'*+.^_`|~0-9A-Za-z]+:[ \t]*(?:[\x21-\x7e][ \t\x21-\x7e]*)?)*")
+#: One header line of a block :data:`_FIELDS` matched (name, value with its trailing blanks).
 _FIELD = re.compile(r"\r\n([^:]+):[ \t]*([^\r]*)")
 _SERVER = b"Server: " + SERVER_SOFTWARE.encode() + b"\r\n"
 _STATUS = {
@@ -154,31 +153,59 @@ class Wire:
         return WireConnection(self) if self.enabled else self.server()
 
 
+#: Header blocks (the lines after the request line) already parsed: their headers, or None if refused.
+#: A client sends the same block with every request of a kind (its DELETEs differ only in the target).
+_BLOCKS: dict[bytes, tuple[dict[str, str], int] | None] = {}
+#: Blocks kept (the cache is emptied when full), and the longest one kept.
+_MAX_BLOCKS = 256
+_MAX_BLOCK_BYTES = 1024
+
+
+def _fields(block: bytes) -> tuple[dict[str, str], int] | None:
+    """(headers by lower-case name, Content-Length) of a header block, or None outside the grammar.
+
+    One regular expression checks the block (ASCII only, CRLF only, token names, no obs-fold, no
+    control characters), a second one splits its lines; the answer is kept for the next request
+    that sends the same block (the caller copies the headers).
+    """
+    if block in _BLOCKS:
+        return _BLOCKS[block]
+    got: tuple[dict[str, str], int] | None = None
+    if _FIELDS.fullmatch(block) is not None:
+        fields = _FIELD.findall(block.decode("ascii"))
+        headers = {name.lower(): value.rstrip() for name, value in fields}  # values hold no blanks but space, tab
+        text = headers.get("content-length")
+        if (
+            len(headers) == len(fields)  # no name given twice
+            and "host" in headers
+            and not ("transfer-encoding" in headers or "expect" in headers or "upgrade" in headers)
+            and (text is None or (text.isdigit() and len(text) <= 18))
+        ):
+            got = headers, int(text) if text is not None else 0
+    if len(block) <= _MAX_BLOCK_BYTES:
+        if len(_BLOCKS) >= _MAX_BLOCKS:
+            _BLOCKS.clear()
+        _BLOCKS[block] = got
+    return got
+
+
 def _parse(head: bytes) -> tuple[str, str, int, bool, dict[str, str], int] | None:
     """(method, target, minor version, keep-alive, headers by lower-case name, Content-Length), or None.
 
-    None for anything outside this module's grammar (the connection goes to aiohttp). One regular
-    expression checks the whole block (ASCII only, CRLF only, token names, no obs-fold, no control
-    characters); a second one splits its header lines.
+    None for anything outside this module's grammar (:data:`_LINE`, :data:`_FIELDS`; the connection goes to aiohttp):
+    the request line is checked here, the header lines by :func:`_fields`.
     """
-    request = _HEAD.fullmatch(head)
+    cr = head.find(b"\r")
+    request = _LINE.fullmatch(head if cr < 0 else head[:cr])
     if request is None:
         return None
-    fields = _FIELD.findall(request[4].decode("ascii"))
-    headers = {name.lower(): value.rstrip() for name, value in fields}  # values hold no blanks but space and tab
-    if len(headers) != len(fields) or "host" not in headers:  # a name given twice, or no Host
+    parsed = _fields(head[cr:] if cr >= 0 else b"")
+    if parsed is None:
         return None
-    if "transfer-encoding" in headers or "expect" in headers or "upgrade" in headers:
-        return None
+    headers, length = dict(parsed[0]), parsed[1]
     method = request[1].decode()
-    length = 0
-    text = headers.get("content-length")
-    if text is not None:
-        if not text.isdigit() or len(text) > 18:
-            return None
-        length = int(text)
-        if length and method != "POST":
-            return None
+    if length and method != "POST":
+        return None
     minor = 1 if request[3] == b"1" else 0
     connection = headers.get("connection")
     if connection is None:
@@ -349,6 +376,7 @@ class WireConnection(asyncio.BufferedProtocol):
             self._conn = b"Connection: close\r\n" if minor else b""
         self._wire.server.requests_count += 1
         self._task = self._loop.create_task(self._serve(method, target, parts, keep_alive, headers))
+        self._wire.broker.lone.arrived(self._loop)  # after create_task: see LoneOps.arrived
 
     def _hand_over(self) -> None:
         """Give the connection to aiohttp: a handler of the runner's server, with every byte not yet consumed."""

@@ -221,14 +221,18 @@ class ReadyIndex:
                 raise ValueError(f"not a ready file name: {name!r}")
             self._note(parsed[0], parsed[1], shared | parsed[1])
 
-    def discard(self, name: str) -> None:
-        """Forget a file that left the queue (received, deleted, moved); any other name is ignored."""
+    def discard(self, name: str) -> bool:
+        """Forget a file that left the queue (received, deleted, moved); any other name is ignored.
+
+        Returns:
+            True if ``name`` was indexed (``name in index`` before the call).
+        """
         parsed = _parse(name)
-        if parsed is not None:
-            self._forget(*parsed)
+        gone = parsed is not None and self._forget(*parsed)
         if len(self._heap) > 2 * len(self._present) + 1024:
             self._heap = list(self._present)
             heapq.heapify(self._heap)
+        return gone
 
     def _forget(self, mid: int, rc: int) -> bool:
         """Forget the name ``mid.rc`` if indexed; whether it was."""

@@ -37,10 +37,13 @@ def encode(body: bytes, *header: Any) -> bytes:
     return encode_header(len(body), *header) + body
 
 
-#: The end of the usual header by queue (``,"queue":"Q"}`` and the newline), as :func:`encode_header` writes it.
-_QUEUE_TAILS: dict[str, bytes] = {}
-#: Queues whose header end is kept (the cache is emptied when full).
+#: The end of the usual header by (content type, queue): ``,"content_type":"T"`` if one is given, then
+#: ``,"queue":"Q"}`` and the newline, as :func:`encode_header`'s general form writes them.
+_QUEUE_TAILS: dict[tuple[str | None, str], bytes] = {}
+#: Header ends kept (the cache is emptied when full).
 _MAX_QUEUE_TAILS = 10_000
+#: Longest content type whose header end is kept (a longer one takes the general form: the cache stays small).
+_MAX_CACHED_TYPE_CHARS = 128
 
 
 def encode_header(
@@ -67,12 +70,15 @@ def encode_header(
             ``attributes`` as base64), if any: header key ``attribute_types``.
         extra: More header keys (a FIFO message's ``group_id`` and ``dedup_id``, docs/protocol.md 19).
     """
-    if not (content_type or attributes or extra) and queue:  # the usual send: the same bytes, preformatted
-        tail = _QUEUE_TAILS.get(queue)
+    # the usual send: the same bytes, preformatted
+    if not (attributes or extra) and queue and len(content_type or "") <= _MAX_CACHED_TYPE_CHARS:
+        key = (content_type or None, queue)
+        tail = _QUEUE_TAILS.get(key)
         if tail is None:
             if len(_QUEUE_TAILS) >= _MAX_QUEUE_TAILS:
                 _QUEUE_TAILS.clear()
-            tail = _QUEUE_TAILS[queue] = b',"queue":' + json.dumps(queue).encode() + b"}\n"
+            typed = b',"content_type":' + json.dumps(content_type).encode() if content_type else b""
+            tail = _QUEUE_TAILS[key] = typed + b',"queue":' + json.dumps(queue).encode() + b"}\n"
         return b'%s{"body_bytes":%d%s' % (MAGIC, body_bytes, tail)
     header: dict[str, Any] = {"body_bytes": body_bytes}
     if content_type:

@@ -1,4 +1,4 @@
-"""The usual send's message header (no content type, no attributes) is preformatted: the general form's bytes."""
+"""The usual send's message header (no attributes; a content type or none) is preformatted: the general form's bytes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import pytest
 from mqcore import model
 
 
-def general_form(body_bytes: int, queue: str) -> bytes:
+def general_form(body_bytes: int, queue: str, content_type: str | None = None) -> bytes:
     """What ``encode_header`` wrote for every message before the preformatted path (docs/protocol.md 4)."""
-    return model.MAGIC + json.dumps({"body_bytes": body_bytes, "queue": queue}, separators=(",", ":")).encode() + b"\n"
+    header: dict[str, object] = {"body_bytes": body_bytes}
+    if content_type:
+        header["content_type"] = content_type
+    header["queue"] = queue
+    return model.MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n"
 
 
 @pytest.mark.parametrize("queue", ["q", "bench_queue", "a-b_c", "orders.fifo", "x" * 80])
@@ -31,3 +35,14 @@ def test_headers_with_more_keys_take_the_general_path() -> None:
         "queue": "q",
     }
     assert model.encode_header(3, None, None, None) == model.MAGIC + b'{"body_bytes":3}\n'
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/octet-stream", "text/plain; charset=utf-8", 'x/"q"\\b', "text/caf\u00e9", "a" * 128, "a" * 129],
+)
+@pytest.mark.parametrize("queue", ["q", "orders.fifo"])
+def test_a_content_type_gives_the_general_forms_bytes(content_type: str, queue: str) -> None:
+    for _ in range(2):  # the first call fills the cache, the second reads it
+        assert model.encode_header(1024, content_type, None, queue) == general_form(1024, queue, content_type)
+        assert model.encode_header(7, content_type, {}, queue) == general_form(7, queue, content_type)

@@ -47,6 +47,34 @@ async def test_one_client_goes_inline_after_a_short_quiet_spell_and_a_burst_neve
     assert [await lone_op(lone) for _ in range(LONE_STREAK + 1)] == [False] * LONE_STREAK + [True]
 
 
+async def test_requests_counted_by_their_connection_decide_without_a_yield():
+    lone = LoneOps(enabled=True)
+    loop = asyncio.get_running_loop()
+    for _ in range(LONE_STREAK):
+        await lone_op(lone)
+
+    def read(count: int, done: asyncio.Event | None = None) -> list[asyncio.Task[bool]]:
+        """``count`` requests read in one loop iteration, as daemons._wire counts them."""
+        tasks = []
+        for _ in range(count):
+            tasks.append(asyncio.create_task(lone_op(lone, done)))
+            lone.arrived(loop)
+        return tasks
+
+    # Alone in its iteration: inline, and decided in the task's first step (done before the next iteration).
+    (one,) = read(1)
+    await asyncio.sleep(0)
+    assert one.done() and one.result() and lone.burst == 0
+    # Read together: the first one sees the others, nobody goes inline, the count is cleared after their first steps.
+    done = asyncio.Event()
+    burst = read(5, done)
+    await asyncio.sleep(0)
+    assert lone.burst == 0 and lone.active == 5
+    done.set()
+    assert await asyncio.gather(*burst) == [False] * 5
+    assert [await lone_op(lone) for _ in range(LONE_STREAK + 1)] == [False] * LONE_STREAK + [True]
+
+
 async def test_an_operation_held_on_the_threads_keeps_the_others_there_and_disabled_never_goes_inline():
     lone = LoneOps(enabled=True)
     for _ in range(LONE_STREAK):
