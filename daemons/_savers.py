@@ -52,6 +52,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -60,7 +61,7 @@ from typing import Any, Protocol, TypeVar
 
 from daemons._loopdelivery import LoopDelivery, delivery_for, settle
 from mqcore.errors import MQError, QueueNotFound, StorageUnavailable
-from mqcore.fsinfo import MountInfo
+from mqcore.fsinfo import DirtyMeter, MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
 from mqcore.protocol._fs import syncfs_available
@@ -72,6 +73,13 @@ Results = list[MessageId | MQError]
 
 #: Values of ``--file-sync``: how a saver makes a message file's data durable before its rename.
 FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
+#: With ``--file-sync auto``, savers use ``syncfs`` only while the machine's dirty data that is not mq's own
+#: (``/proc/meminfo`` ``Dirty:`` + ``Writeback:`` minus the bodies mq wrote for a ``syncfs`` not yet done) is
+#: below this many bytes: a ``syncfs`` waits for every dirty page of the filesystem, another writer's too
+#: (docs/performance.md, "Sends: syncfs only without foreign dirty data").
+FOREIGN_DIRTY_LIMIT = 64 << 20
+
+logger = logging.getLogger("mq.front")  # the mq daemon's logger, as daemons._broker
 
 
 def syncfs_allowed(mode: str, mount: MountInfo | None) -> bool:
@@ -84,6 +92,11 @@ def syncfs_allowed(mode: str, mount: MountInfo | None) -> bool:
             on FUSE, NFS, CIFS or Ceph a ``syncfs`` may not reach the server's disk).
     """
     return mode != "fsync" and mount is not None and mount.local and syncfs_available()
+
+
+def _page_bytes(job: SaveJob) -> int:
+    """The page cache a job's bodies take (each rounded up to 4 KiB pages), in bytes."""
+    return sum(-(-len(entry.body) // 4096) * 4096 for entry in job.entries)
 
 
 class SaveJob:
@@ -214,6 +227,13 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
+        #: ``auto``: the machine's dirty data, and the bytes mq wrote for ``syncfs`` rounds not yet done
+        #: (page-rounded; changed under ``_own_lock`` by saver threads only), so that only others' count.
+        self.dirty = DirtyMeter()
+        self.foreign_dirty_limit = FOREIGN_DIRTY_LIMIT
+        self._own_lock = threading.Lock()
+        self._own_dirty = 0
+        self._foreign_high = False
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -451,6 +471,10 @@ class Savers(Executor):
         A failed round fails every file of the job (unlinked here: never renamed, so never a
         message; mq-reaper would sweep it from ``new/`` otherwise).
         """
+        if not self.syncfs_always:
+            size = _page_bytes(job)
+            with self._own_lock:
+                self._own_dirty -= size
         if error is not None:
             for i, pending in enumerate(job.written):
                 if pending is not None:
@@ -486,7 +510,12 @@ class Savers(Executor):
         # syncfs: never for the lone send on the loop (one writer: two group commits in a row cost more
         # than its fsync); with ``auto`` only while more sends overlap than there are savers, so that one
         # syncfs covers many files (docs/performance.md, "Sends: a group commit by syncfs").
-        if self.syncfs and job.here == 0 and (self.syncfs_always or self._sent - self._done > self.workers):
+        # And only while little of the machine's dirty data is not mq's own (FOREIGN_DIRTY_LIMIT).
+        if (
+            self.syncfs
+            and job.here == 0
+            and (self.syncfs_always or (self._sent - self._done > self.workers and self._little_foreign_dirt(job)))
+        ):
             job.syncfs = True
             job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
         job.refused = refused
@@ -494,6 +523,24 @@ class Savers(Executor):
         ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
         job.results = list(ids)
         job.ids = ids  # last: a thread that finds it set reads results and refused without the lock
+
+    def _little_foreign_dirt(self, job: SaveJob) -> bool:
+        """``auto``: whether ``job`` may use ``syncfs``: little dirty data is not mq's (its bytes then count)."""
+        size = _page_bytes(job)
+        dirty = self.dirty.dirty_bytes()
+        with self._own_lock:
+            foreign = None if dirty is None else dirty - self._own_dirty
+            low = foreign is not None and foreign < self.foreign_dirty_limit
+            if low:
+                self._own_dirty += size
+        if low == self._foreign_high:  # it changed: say so once
+            self._foreign_high = not low
+            logger.info(
+                "file sync auto: %s; %s",
+                "unknown dirty data" if foreign is None else f"{max(foreign, 0) >> 20} MiB of dirty data not mq's",
+                f"file fsyncs until under {self.foreign_dirty_limit >> 20} MiB" if not low else "syncfs rounds again",
+            )
+        return low
 
     def _publish(self, job: SaveJob) -> None:
         """Rename the job's written files into place, in entry order, and leave them with the group commit."""
