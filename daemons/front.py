@@ -82,7 +82,7 @@ from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BY
 from daemons._sqs import sqs_endpoint
 from daemons._sqs_auth import IGNORED_CREDENTIALS
 from mqcore.errors import ConfigError
-from mqcore.fsinfo import shared_warning
+from mqcore.fsinfo import journal_warning, shared_warning
 
 __all__ = ["Broker", "Settings", "cli", "main", "make_app", "make_runner", "serve"]
 
@@ -208,6 +208,10 @@ async def serve(
     shared = shared_warning(settings.root, broker.mount)
     if shared:
         logger.warning("%s", shared)
+    journal = journal_warning(settings.root, broker.mount)
+    if journal:
+        logger.warning("%s", journal)
+        broker.health.warnings.append(journal)  # also in GET /readyz
     await broker.start()
     runner = make_runner(broker, auth)
     await runner.setup()
