@@ -18,10 +18,11 @@ Prints one JSON line per round and a median table at the end::
 ``--variant-arg NAME=ARG`` (repeatable) gives variant NAME's mq an extra argument, so one checkout
 can run as two variants (e.g. ``--variant fsync=- --variant-arg fsync=--file-sync=fsync``).
 
-``--foreign-mib-per-s R`` runs another program's writes during each round: a process appending 1 MiB
-chunks to ``foreign.bin`` in the round's root at R MiB/s, never fsynced (dirty page cache of the
-root's filesystem that is not mq's: what ``--file-sync syncfs`` waits for and ``auto`` avoids); the
-file is deleted after the round. Each round also gives wrk's request latency (p50, p99, in ms).
+``--foreign-mib-per-s R`` runs another program's writes during each round: a process appending
+``--foreign-burst-mib B`` MiB at once (default 1) to ``foreign.bin`` in the round's root, at R MiB/s on
+average, never fsynced (dirty page cache of the root's filesystem that is not mq's: what ``--file-sync
+syncfs`` waits for and ``auto`` avoids); the file is deleted after the round. Each round also gives
+wrk's request latency (p50, p99, in ms).
 
 Not a test: figures only (docs/performance.md).
 """
@@ -101,23 +102,25 @@ def wrk(
     return subprocess.Popen([*cmd, url + "/"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-#: The foreign writer of ``--foreign-mib-per-s``: appends 1 MiB chunks to argv[1] at argv[2] MiB/s until killed.
+#: The foreign writer of ``--foreign-mib-per-s``: appends bursts of argv[3] MiB to argv[1], argv[2] MiB/s on average,
+#: until killed.
 FOREIGN_WRITER = """
 import os, sys, time
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-chunk, rate, start, n = os.urandom(1 << 20), float(sys.argv[2]), time.monotonic(), 0
+chunk, rate, burst, start, n = os.urandom(1 << 20), float(sys.argv[2]), int(sys.argv[3]), time.monotonic(), 0
 while True:
-    os.write(fd, chunk)
-    n += 1
+    for _ in range(burst):
+        os.write(fd, chunk)
+    n += burst
     time.sleep(max(0.0, start + n / rate - time.monotonic()))
 """
 
 
-def foreign_writer(root: Path, rate: float) -> subprocess.Popen[bytes] | None:
-    """Start the foreign writer in ``root`` at ``rate`` MiB/s (None when ``rate`` is 0)."""
+def foreign_writer(root: Path, rate: float, burst: int) -> subprocess.Popen[bytes] | None:
+    """Start the foreign writer in ``root``: ``rate`` MiB/s in bursts of ``burst`` MiB (None when ``rate`` is 0)."""
     if not rate:
         return None
-    return subprocess.Popen([sys.executable, "-c", FOREIGN_WRITER, str(root / "foreign.bin"), str(rate)])
+    return subprocess.Popen([sys.executable, "-c", FOREIGN_WRITER, str(root / "foreign.bin"), str(rate), str(burst)])
 
 
 def wrk_latency_ms(out: str) -> dict[str, float]:
@@ -152,7 +155,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
             fill.terminate()
             fill.communicate()
             time.sleep(2)  # the reaper and mover idle again
-        writer = foreign_writer(root, args.foreign_mib_per_s)
+        writer = foreign_writer(root, args.foreign_mib_per_s, args.foreign_burst_mib)
         script = {"send": "post_batch.lua", "single": "post.lua"}.get(args.mode, "recv_delete_batch.lua")
         threads = args.clients if args.mode == "recv" else min(2, args.clients)
         proc = wrk(script, url, queue, args.clients, threads, int(args.warmup + args.seconds + 1))
@@ -227,6 +230,7 @@ def main() -> None:
     ap.add_argument(
         "--foreign-mib-per-s", type=float, default=0.0, help="another program's unsynced writes in the root, MiB/s"
     )
+    ap.add_argument("--foreign-burst-mib", type=int, default=1, help="MiB the foreign writer writes at once")
     ap.add_argument("--same-root", action="store_true", help="run every round on one root (a queue per round)")
     ap.add_argument("--root", required=True, help="a directory; each round gets its own root in it")
     args = ap.parse_args()

@@ -75,9 +75,10 @@ Results = list[MessageId | MQError]
 FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
 #: With ``--file-sync auto``, savers use ``syncfs`` only while the machine's dirty data that is not mq's own
 #: (``/proc/meminfo`` ``Dirty:`` + ``Writeback:`` minus the bodies mq wrote for a ``syncfs`` not yet done) is
-#: below this many bytes: a ``syncfs`` waits for every dirty page of the filesystem, another writer's too
-#: (docs/performance.md, "Sends: syncfs only without foreign dirty data").
-FOREIGN_DIRTY_LIMIT = 64 << 20
+#: below this many bytes, and again once it is under half of it: a ``syncfs`` waits for every dirty page of the
+#: filesystem, another writer's too (32 MiB took ~50 ms to write back on the test machine's disk;
+#: docs/performance.md, "Sends: syncfs only without foreign dirty data").
+FOREIGN_DIRTY_LIMIT = 32 << 20
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, as daemons._broker
 
@@ -528,9 +529,10 @@ class Savers(Executor):
         """``auto``: whether ``job`` may use ``syncfs``: little dirty data is not mq's (its bytes then count)."""
         size = _page_bytes(job)
         dirty = self.dirty.dirty_bytes()
+        limit = self.foreign_dirty_limit // 2 if self._foreign_high else self.foreign_dirty_limit
         with self._own_lock:
             foreign = None if dirty is None else dirty - self._own_dirty
-            low = foreign is not None and foreign < self.foreign_dirty_limit
+            low = foreign is not None and foreign < limit
             if low:
                 self._own_dirty += size
         if low == self._foreign_high:  # it changed: say so once
@@ -538,7 +540,7 @@ class Savers(Executor):
             logger.info(
                 "file sync auto: %s; %s",
                 "unknown dirty data" if foreign is None else f"{max(foreign, 0) >> 20} MiB of dirty data not mq's",
-                f"file fsyncs until under {self.foreign_dirty_limit >> 20} MiB" if not low else "syncfs rounds again",
+                f"file fsyncs until under {self.foreign_dirty_limit >> 21} MiB" if not low else "syncfs rounds again",
             )
         return low
 

@@ -157,7 +157,7 @@ async def test_auto_uses_file_fsyncs_while_the_machine_holds_other_writers_dirty
         sent = await send_all(stack, queue)
         files_after, rounds_after = await fsyncs()
         assert files_after - files >= MESSAGES and rounds_after == rounds == 0
-        assert "MiB of dirty data not mq's; file fsyncs until under 64 MiB" in stack.mq.log
+        assert "MiB of dirty data not mq's; file fsyncs until under 16 MiB" in stack.mq.log
 
         writer.write_back()
         for _ in range(10):  # under load: how many sends overlap depends on how the requests arrive
