@@ -20,9 +20,9 @@ can run as two variants (e.g. ``--variant fsync=- --variant-arg fsync=--file-syn
 
 ``--foreign-mib-per-s R`` runs another program's writes during each round: a process appending
 ``--foreign-burst-mib B`` MiB at once (default 1) to ``foreign.bin`` in the round's root, at R MiB/s on
-average, never fsynced (dirty page cache of the root's filesystem that is not mq's: what ``--file-sync
-syncfs`` waits for and ``auto`` avoids); the file is deleted after the round. Each round also gives
-wrk's request latency (p50, p99, in ms).
+average, never fsynced, from 1 s before the load on (dirty page cache of the root's filesystem that
+is not mq's: what ``--file-sync syncfs`` waits for and ``auto`` avoids); the file is deleted after the
+round. Each round also gives wrk's request latency (p50, p99, in ms).
 
 Not a test: figures only (docs/performance.md).
 """
@@ -156,6 +156,8 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
             fill.communicate()
             time.sleep(2)  # the reaper and mover idle again
         writer = foreign_writer(root, args.foreign_mib_per_s, args.foreign_burst_mib)
+        if writer is not None:
+            time.sleep(1.0)  # the other program already writes when the load arrives
         script = {"send": "post_batch.lua", "single": "post.lua"}.get(args.mode, "recv_delete_batch.lua")
         threads = args.clients if args.mode == "recv" else min(2, args.clients)
         proc = wrk(script, url, queue, args.clients, threads, int(args.warmup + args.seconds + 1))

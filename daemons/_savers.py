@@ -55,6 +55,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, Protocol, TypeVar
@@ -75,10 +76,14 @@ Results = list[MessageId | MQError]
 FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
 #: With ``--file-sync auto``, savers use ``syncfs`` only while the machine's dirty data that is not mq's own
 #: (``/proc/meminfo`` ``Dirty:`` + ``Writeback:`` minus the bodies mq wrote for a ``syncfs`` not yet done) is
-#: below this many bytes, and again once it is under half of it: a ``syncfs`` waits for every dirty page of the
-#: filesystem, another writer's too (32 MiB took ~50 ms to write back on the test machine's disk;
-#: docs/performance.md, "Sends: syncfs only without foreign dirty data").
+#: below this many bytes, and again once it has stayed under half of it for FOREIGN_DIRTY_HOLD_SECONDS: a ``syncfs``
+#: waits for every dirty page of the filesystem, another writer's too (32 MiB took ~50 ms to write back on the test
+#: machine's disk; docs/performance.md, "Sends: syncfs only without foreign dirty data").
 FOREIGN_DIRTY_LIMIT = 32 << 20
+#: How long ``auto`` keeps to file fsyncs after a reading over the limit, in seconds: the rounds already under way
+#: write the other writer's data back at once, and a writer that writes in bursts would otherwise meet a round again
+#: with each burst.
+FOREIGN_DIRTY_HOLD_SECONDS = 1.0
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, as daemons._broker
 
@@ -235,6 +240,7 @@ class Savers(Executor):
         self._own_lock = threading.Lock()
         self._own_dirty = 0
         self._foreign_high = False
+        self._foreign_until = 0.0
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -529,18 +535,25 @@ class Savers(Executor):
         """``auto``: whether ``job`` may use ``syncfs``: little dirty data is not mq's (its bytes then count)."""
         size = _page_bytes(job)
         dirty = self.dirty.dirty_bytes()
+        now = time.monotonic()
         limit = self.foreign_dirty_limit // 2 if self._foreign_high else self.foreign_dirty_limit
         with self._own_lock:
             foreign = None if dirty is None else dirty - self._own_dirty
             low = foreign is not None and foreign < limit
-            if low:
+            if not low:
+                self._foreign_until = now + FOREIGN_DIRTY_HOLD_SECONDS
+            elif now < self._foreign_until:
+                return False
+            else:
                 self._own_dirty += size
         if low == self._foreign_high:  # it changed: say so once
             self._foreign_high = not low
             logger.info(
                 "file sync auto: %s; %s",
                 "unknown dirty data" if foreign is None else f"{max(foreign, 0) >> 20} MiB of dirty data not mq's",
-                f"file fsyncs until under {self.foreign_dirty_limit >> 21} MiB" if not low else "syncfs rounds again",
+                f"file fsyncs until under {self.foreign_dirty_limit >> 21} MiB for {FOREIGN_DIRTY_HOLD_SECONDS:g} s"
+                if not low
+                else "syncfs rounds again",
             )
         return low
 

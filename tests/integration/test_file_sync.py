@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from daemons._savers import FOREIGN_DIRTY_LIMIT
+from daemons._savers import FOREIGN_DIRTY_HOLD_SECONDS, FOREIGN_DIRTY_LIMIT
 from mqcore.fsinfo import read_dirty
 from tests.integration.test_metrics import scrape, value
 
@@ -160,6 +160,7 @@ async def test_auto_uses_file_fsyncs_while_the_machine_holds_other_writers_dirty
         assert "MiB of dirty data not mq's; file fsyncs until under 16 MiB" in stack.mq.log
 
         writer.write_back()
+        await asyncio.sleep(FOREIGN_DIRTY_HOLD_SECONDS)  # auto keeps to file fsyncs that long after dirty data
         for _ in range(10):  # under load: how many sends overlap depends on how the requests arrive
             sent.update(await send_all(stack, queue))
             if (await fsyncs())[1] > 0:
