@@ -36,7 +36,8 @@ flight in the process, on a local filesystem) skips both crossings:
 :meth:`Savers.send_here` runs the same steps on the event loop's thread.
 
 With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only; with ``auto``
-only while more sends overlap than there are savers: at a low rate the file fsyncs cost less) a saver's
+only while more sends overlap than there are savers: at a low rate the file fsyncs cost less; and only
+while little of the machine's dirty data is not mq's, :data:`FOREIGN_DIRTY_LIMIT`) a saver's
 files are written and closed without their fsyncs; the thread that writes a job's last part
 leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
 one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes

@@ -434,7 +434,7 @@ def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) ->
     "MQ_FILE_SYNC",
     "How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
     "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs while more "
-    "sends are in flight than --workers (docs/api.md).",
+    "sends are in flight than --workers and under 32 MiB of the machine's dirty data is not mq's (docs/api.md).",
 )
 @_listen.security_options
 @click.pass_context
