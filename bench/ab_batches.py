@@ -18,6 +18,12 @@ Prints one JSON line per round and a median table at the end::
 ``--variant-arg NAME=ARG`` (repeatable) gives variant NAME's mq an extra argument, so one checkout
 can run as two variants (e.g. ``--variant fsync=- --variant-arg fsync=--file-sync=fsync``).
 
+``--foreign-mib-per-s R`` runs another program's writes during each round: a process appending
+``--foreign-burst-mib B`` MiB at once (default 1) to ``foreign.bin`` in the round's root, at R MiB/s on
+average, never fsynced, from 1 s before the load on (dirty page cache of the root's filesystem that
+is not mq's: what ``--file-sync syncfs`` waits for and ``auto`` avoids); the file is deleted after the
+round. Each round also gives wrk's request latency (p50, p99, in ms).
+
 Not a test: figures only (docs/performance.md).
 """
 
@@ -96,6 +102,36 @@ def wrk(
     return subprocess.Popen([*cmd, url + "/"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+#: The foreign writer of ``--foreign-mib-per-s``: appends bursts of argv[3] MiB to argv[1], argv[2] MiB/s on average,
+#: until killed.
+FOREIGN_WRITER = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+chunk, rate, burst, start, n = os.urandom(1 << 20), float(sys.argv[2]), int(sys.argv[3]), time.monotonic(), 0
+while True:
+    for _ in range(burst):
+        os.write(fd, chunk)
+    n += burst
+    time.sleep(max(0.0, start + n / rate - time.monotonic()))
+"""
+
+
+def foreign_writer(root: Path, rate: float, burst: int) -> subprocess.Popen[bytes] | None:
+    """Start the foreign writer in ``root``: ``rate`` MiB/s in bursts of ``burst`` MiB (None when ``rate`` is 0)."""
+    if not rate:
+        return None
+    return subprocess.Popen([sys.executable, "-c", FOREIGN_WRITER, str(root / "foreign.bin"), str(rate), str(burst)])
+
+
+def wrk_latency_ms(out: str) -> dict[str, float]:
+    """p50 and p99 request latency (ms) from wrk's MQBENCH_JSON line (bench/lua/mqbench.lua); {} if none."""
+    for line in out.splitlines():
+        if line.startswith("MQBENCH_JSON "):
+            latency = json.loads(line[len("MQBENCH_JSON ") :])["latency_us"]
+            return {"p50_ms": latency["p50"] / 1000, "p99_ms": latency["p99"] / 1000}
+    return {}
+
+
 def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict[str, Any]:
     # --same-root: every round on one root (a queue each), so no round meets a fresh directory's block group
     # or another round's deletes first (the real disk's lottery, docs/performance.md stop 16).
@@ -109,6 +145,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
     url = daemons.start()
     queue = f"ab-{variant}-{n}"
     make_queue(url, queue)
+    writer: subprocess.Popen[bytes] | None = None
     try:
         if args.mode == "recv":
             need = args.prefill
@@ -118,6 +155,9 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
             fill.terminate()
             fill.communicate()
             time.sleep(2)  # the reaper and mover idle again
+        writer = foreign_writer(root, args.foreign_mib_per_s, args.foreign_burst_mib)
+        if writer is not None:
+            time.sleep(1.0)  # the other program already writes when the load arrives
         script = {"send": "post_batch.lua", "single": "post.lua"}.get(args.mode, "recv_delete_batch.lua")
         threads = args.clients if args.mode == "recv" else min(2, args.clients)
         proc = wrk(script, url, queue, args.clients, threads, int(args.warmup + args.seconds + 1))
@@ -132,9 +172,13 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
         for a in attached:
             a.wait()
         d1, t1, s1, m1 = depth(url, queue), time.monotonic(), snapshot(pids), machine_busy()
-        proc.communicate()
+        latency = wrk_latency_ms(proc.communicate()[0])
         daemons.check_alive()
     finally:
+        if writer is not None:
+            writer.kill()
+            writer.wait()
+            (root / "foreign.bin").unlink(missing_ok=True)
         daemons.stop()
     messages = abs(d1 - d0)
     per: dict[str, float] = {}
@@ -165,6 +209,7 @@ def one_round(variant: str, path: str, args: argparse.Namespace, n: int) -> dict
         "daemons_ms": daemons_ms,
         "threads_us": per,
         "load": os.getloadavg()[0],
+        **latency,
     }
 
 
@@ -184,6 +229,10 @@ def main() -> None:
         default=[],
         help="DAEMON=COMMAND run over the measured seconds ({pid}, {out}, {seconds}), e.g. a profiler",
     )
+    ap.add_argument(
+        "--foreign-mib-per-s", type=float, default=0.0, help="another program's unsynced writes in the root, MiB/s"
+    )
+    ap.add_argument("--foreign-burst-mib", type=int, default=1, help="MiB the foreign writer writes at once")
     ap.add_argument("--same-root", action="store_true", help="run every round on one root (a queue per round)")
     ap.add_argument("--root", required=True, help="a directory; each round gets its own root in it")
     args = ap.parse_args()
@@ -203,9 +252,11 @@ def main() -> None:
         figures = [r["ms_per_message"] for r in rounds]
         rounds_text = " / ".join(f"{f:.3f}" for f in figures)
         rates = [r["messages_per_s"] for r in rounds]
+        p99 = [r.get("p99_ms", 0.0) for r in rounds]
         print(
             f"{name}: ms per message {rounds_text} (median {statistics.median(figures):.3f}); "
-            f"messages/s {' / '.join(f'{r:.0f}' for r in rates)} (median {statistics.median(rates):.0f})"
+            f"messages/s {' / '.join(f'{r:.0f}' for r in rates)} (median {statistics.median(rates):.0f}); "
+            f"p99 ms {' / '.join(f'{p:.1f}' for p in p99)} (median {statistics.median(p99):.1f})"
         )
 
 

@@ -62,6 +62,9 @@ class Health:
         self._probe_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mq-readyz")
         self._probe: asyncio.Future[None] | None = None
         self._numbers = itertools.count()
+        #: Conditions readiness does not fail on but an operator must see (e.g. a root on ext4 without a
+        #: journal, :func:`mqcore.fsinfo.journal_warning`): ``warnings`` of every ``/readyz`` answer.
+        self.warnings: list[str] = []
 
     def check_send(self) -> None:
         """Refuse a send while the free bytes are below the floor (no-op when the floor is 0).
@@ -139,17 +142,22 @@ class Health:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """``GET /readyz``: 200 when every check passes, else 503 ``{"error": "not_ready", "failed": [...]}``."""
+        """``GET /readyz``: 200 when every check passes, else 503 ``{"error": "not_ready", "failed": [...]}``.
+
+        Either answer has ``warnings`` (:attr:`warnings`) when there are any.
+        """
         checks = await self.checks()
         failed = [name for name, result in checks.items() if not result["ok"]]
+        more = {"warnings": self.warnings} if self.warnings else {}
         if failed:
             return web.json_response(
                 {
                     "error": "not_ready",
                     "message": f"readiness check failed: {', '.join(failed)}",
                     "details": {"failed": failed, "checks": checks},
+                    **more,
                 },
                 status=503,
                 headers={"Retry-After": str(FLOOR_RETRY_AFTER_SECONDS)},
             )
-        return web.json_response({"status": "ready", "checks": checks})
+        return web.json_response({"status": "ready", "checks": checks, **more})

@@ -36,7 +36,8 @@ flight in the process, on a local filesystem) skips both crossings:
 :meth:`Savers.send_here` runs the same steps on the event loop's thread.
 
 With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only; with ``auto``
-only while more sends overlap than there are savers: at a low rate the file fsyncs cost less) a saver's
+only while more sends overlap than there are savers: at a low rate the file fsyncs cost less; and only
+while little of the machine's dirty data is not mq's, :data:`FOREIGN_DIRTY_LIMIT`) a saver's
 files are written and closed without their fsyncs; the thread that writes a job's last part
 leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
 one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes
@@ -52,15 +53,17 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, Protocol, TypeVar
 
 from daemons._loopdelivery import LoopDelivery, delivery_for, settle
 from mqcore.errors import MQError, QueueNotFound, StorageUnavailable
-from mqcore.fsinfo import MountInfo
+from mqcore.fsinfo import DirtyMeter, MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
 from mqcore.protocol._fs import syncfs_available
@@ -72,6 +75,18 @@ Results = list[MessageId | MQError]
 
 #: Values of ``--file-sync``: how a saver makes a message file's data durable before its rename.
 FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
+#: With ``--file-sync auto``, savers use ``syncfs`` only while the machine's dirty data that is not mq's own
+#: (``/proc/meminfo`` ``Dirty:`` + ``Writeback:`` minus the bodies mq wrote for a ``syncfs`` not yet done) is
+#: below this many bytes, and again once it has stayed under half of it for FOREIGN_DIRTY_HOLD_SECONDS: a ``syncfs``
+#: waits for every dirty page of the filesystem, another writer's too (32 MiB took ~50 ms to write back on the test
+#: machine's disk; docs/performance.md, "Sends: syncfs only without foreign dirty data").
+FOREIGN_DIRTY_LIMIT = 32 << 20
+#: How long ``auto`` keeps to file fsyncs after a reading over the limit, in seconds: the rounds already under way
+#: write the other writer's data back at once, and a writer that writes in bursts would otherwise meet a round again
+#: with each burst.
+FOREIGN_DIRTY_HOLD_SECONDS = 1.0
+
+logger = logging.getLogger("mq.front")  # the mq daemon's logger, as daemons._broker
 
 
 def syncfs_allowed(mode: str, mount: MountInfo | None) -> bool:
@@ -84,6 +99,11 @@ def syncfs_allowed(mode: str, mount: MountInfo | None) -> bool:
             on FUSE, NFS, CIFS or Ceph a ``syncfs`` may not reach the server's disk).
     """
     return mode != "fsync" and mount is not None and mount.local and syncfs_available()
+
+
+def _page_bytes(job: SaveJob) -> int:
+    """The page cache a job's bodies take (each rounded up to 4 KiB pages), in bytes."""
+    return sum(-(-len(entry.body) // 4096) * 4096 for entry in job.entries)
 
 
 class SaveJob:
@@ -214,6 +234,14 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
+        #: ``auto``: the machine's dirty data, and the bytes mq wrote for ``syncfs`` rounds not yet done
+        #: (page-rounded; changed under ``_own_lock`` by saver threads only), so that only others' count.
+        self.dirty = DirtyMeter()
+        self.foreign_dirty_limit = FOREIGN_DIRTY_LIMIT
+        self._own_lock = threading.Lock()
+        self._own_dirty = 0
+        self._foreign_high = False
+        self._foreign_until = 0.0
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -451,6 +479,10 @@ class Savers(Executor):
         A failed round fails every file of the job (unlinked here: never renamed, so never a
         message; mq-reaper would sweep it from ``new/`` otherwise).
         """
+        if not self.syncfs_always:
+            size = _page_bytes(job)
+            with self._own_lock:
+                self._own_dirty -= size
         if error is not None:
             for i, pending in enumerate(job.written):
                 if pending is not None:
@@ -486,7 +518,12 @@ class Savers(Executor):
         # syncfs: never for the lone send on the loop (one writer: two group commits in a row cost more
         # than its fsync); with ``auto`` only while more sends overlap than there are savers, so that one
         # syncfs covers many files (docs/performance.md, "Sends: a group commit by syncfs").
-        if self.syncfs and job.here == 0 and (self.syncfs_always or self._sent - self._done > self.workers):
+        # And only while little of the machine's dirty data is not mq's own (FOREIGN_DIRTY_LIMIT).
+        if (
+            self.syncfs
+            and job.here == 0
+            and (self.syncfs_always or (self._sent - self._done > self.workers and self._little_foreign_dirt(job)))
+        ):
             job.syncfs = True
             job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
         job.refused = refused
@@ -494,6 +531,32 @@ class Savers(Executor):
         ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
         job.results = list(ids)
         job.ids = ids  # last: a thread that finds it set reads results and refused without the lock
+
+    def _little_foreign_dirt(self, job: SaveJob) -> bool:
+        """``auto``: whether ``job`` may use ``syncfs``: little dirty data is not mq's (its bytes then count)."""
+        size = _page_bytes(job)
+        dirty = self.dirty.dirty_bytes()
+        now = time.monotonic()
+        limit = self.foreign_dirty_limit // 2 if self._foreign_high else self.foreign_dirty_limit
+        with self._own_lock:
+            foreign = None if dirty is None else dirty - self._own_dirty
+            low = foreign is not None and foreign < limit
+            if not low:
+                self._foreign_until = now + FOREIGN_DIRTY_HOLD_SECONDS
+            elif now < self._foreign_until:
+                return False
+            else:
+                self._own_dirty += size
+        if low == self._foreign_high:  # it changed: say so once
+            self._foreign_high = not low
+            logger.info(
+                "file sync auto: %s; %s",
+                "unknown dirty data" if foreign is None else f"{max(foreign, 0) >> 20} MiB of dirty data not mq's",
+                f"file fsyncs until under {self.foreign_dirty_limit >> 21} MiB for {FOREIGN_DIRTY_HOLD_SECONDS:g} s"
+                if not low
+                else "syncfs rounds again",
+            )
+        return low
 
     def _publish(self, job: SaveJob) -> None:
         """Rename the job's written files into place, in entry order, and leave them with the group commit."""

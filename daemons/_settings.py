@@ -89,7 +89,8 @@ class Settings:
     file_sync: str = "auto"
     """How a send's file data is made durable before its rename: ``fsync`` each file; ``syncfs``: one
     ``syncfs`` per group of files, on a local filesystem only (daemons._savers); ``auto``: ``syncfs``
-    while more sends are in flight than ``workers``."""
+    while more sends are in flight than ``workers`` and little of the machine's dirty data is not mq's
+    (daemons._savers.FOREIGN_DIRTY_LIMIT)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

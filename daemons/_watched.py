@@ -48,6 +48,7 @@ from daemons._runtime import (
     setup_logging,
     wait_for_wake,
 )
+from mqcore.fsinfo import journal_warning, mount_of
 from mqcore.protocol import Store
 from mqcore.watch import DirWatcher
 
@@ -278,6 +279,9 @@ async def serve_daemon(
     if shutdown_trigger is None:
         install_stop_signals(stop)
     store = await asyncio.to_thread(Store, root)
+    journal = journal_warning(store.layout.root, mount_of(store.layout.root))
+    if journal:
+        log.warning("%s", journal)
     daemon = make(store)
     try:
         await daemon.start()

@@ -82,7 +82,7 @@ from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BY
 from daemons._sqs import sqs_endpoint
 from daemons._sqs_auth import IGNORED_CREDENTIALS
 from mqcore.errors import ConfigError
-from mqcore.fsinfo import shared_warning
+from mqcore.fsinfo import journal_warning, shared_warning
 
 __all__ = ["Broker", "Settings", "cli", "main", "make_app", "make_runner", "serve"]
 
@@ -208,6 +208,10 @@ async def serve(
     shared = shared_warning(settings.root, broker.mount)
     if shared:
         logger.warning("%s", shared)
+    journal = journal_warning(settings.root, broker.mount)
+    if journal:
+        logger.warning("%s", journal)
+        broker.health.warnings.append(journal)  # also in GET /readyz
     await broker.start()
     runner = make_runner(broker, auth)
     await runner.setup()
@@ -430,7 +434,7 @@ def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) ->
     "MQ_FILE_SYNC",
     "How a send's message files are made durable before their rename: fsync = each file; syncfs = one "
     "syncfs(2) per group of files, local filesystems only (FUSE, NFS, CIFS: fsync); auto = syncfs while more "
-    "sends are in flight than --workers (docs/api.md).",
+    "sends are in flight than --workers and under 32 MiB of the machine's dirty data is not mq's (docs/api.md).",
 )
 @_listen.security_options
 @click.pass_context

@@ -10,6 +10,7 @@ is in. No I/O beyond that file and one ``stat``.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 #: Filesystem types (``/proc/mounts`` third field) whose files other hosts may change behind the
@@ -32,11 +33,15 @@ class MountInfo:
         source: What was mounted, e.g. ``127.0.0.2:/mqvol`` or ``/dev/vda``.
         mount_point: Where, e.g. ``/mnt/mq``.
         fstype: The type, e.g. ``fuse.glusterfs``, ``nfs4``, ``ext4``.
+        journal: For ext2/ext3/ext4 (:func:`ext_journal`): True if the filesystem has a journal, False
+            if it has none (ext2 never has; docs/protocol.md section 5 requires journaled metadata), None
+            if that cannot be told, or for any other type.
     """
 
     source: str
     mount_point: str
     fstype: str
+    journal: bool | None = None
 
     @property
     def shared(self) -> bool:
@@ -61,12 +66,15 @@ def _unescape(field: str) -> str:
     return field.encode("latin-1").decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
 
 
-def mount_of(path: str | os.PathLike[str], mounts_file: str = "/proc/mounts") -> MountInfo | None:
+def mount_of(
+    path: str | os.PathLike[str], mounts_file: str = "/proc/mounts", proc: str = "/proc", sys: str = "/sys"
+) -> MountInfo | None:
     """The mount that ``path`` is on: the longest mount point that contains its real path.
 
     Args:
         path: Any existing path (the root).
         mounts_file: The mount table to read (``/proc/mounts``; a test may pass another).
+        proc, sys: Where procfs and sysfs are mounted, for :attr:`MountInfo.journal` (:func:`ext_journal`).
     Returns:
         The mount, or None if the table cannot be read (not Linux) or has no match.
     """
@@ -85,7 +93,73 @@ def mount_of(path: str | os.PathLike[str], mounts_file: str = "/proc/mounts") ->
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         if inside and (best is None or len(point) >= len(best.mount_point)):
             best = MountInfo(_unescape(fields[0]), point, fields[2])
+    if best is not None and best.fstype in EXT_TYPES:
+        best = MountInfo(best.source, best.mount_point, best.fstype, ext_journal(real, best.fstype, proc, sys))
     return best
+
+
+#: The ext family's types: whether one has a journal is told by :func:`ext_journal`.
+EXT_TYPES = frozenset({"ext2", "ext3", "ext4"})
+
+
+def ext_journal(path: str, fstype: str, proc: str = "/proc", sys: str = "/sys") -> bool | None:
+    """Whether the ext2/ext3/ext4 filesystem that ``path`` is on has a journal (Linux; no privilege needed).
+
+    ext2 never has one. For ext3/ext4 the kernel's name of the device (``vda``, ``loop0``, ``dm-0``:
+    the target of ``<sys>/dev/block/MAJOR:MINOR`` of ``path``'s ``st_dev``) is looked up in
+    ``<sys>/fs/ext4/<name>/journal_task`` (recent kernels: ``<none>`` without a journal, else the pid
+    of its jbd2 thread, an internal or an external journal alike); on an older kernel, in
+    ``<proc>/fs/jbd2/``, which has ``<name>-<journal inode>`` (e.g. ``vda-8``) for each mounted
+    filesystem with an internal journal, and the journal device's own name for an external one (so
+    a missing entry means "no journal" only when no external journal is mounted at all).
+
+    Args:
+        path: An existing path on the filesystem (its real path).
+        fstype: Its type in ``/proc/mounts``.
+        proc, sys: Where procfs and sysfs are mounted (a test may pass a tree of its own).
+    Returns:
+        True (journal), False (none), or None: not an ext type, or it cannot be told.
+    """
+    if fstype == "ext2":
+        return False
+    if fstype not in EXT_TYPES:
+        return None
+    try:
+        dev = os.stat(path).st_dev
+        name = os.path.basename(os.readlink(os.path.join(sys, "dev", "block", f"{os.major(dev)}:{os.minor(dev)}")))
+    except OSError:
+        return None
+    try:
+        with open(os.path.join(sys, "fs", "ext4", name, "journal_task"), encoding="ascii", errors="replace") as f:
+            task = f.read().strip()
+        if task:
+            return task != "<none>"
+    except OSError:
+        pass
+    try:
+        entries = os.listdir(os.path.join(proc, "fs", "jbd2"))
+    except OSError:
+        return None
+    if any(entry.rpartition("-")[0] == name and entry.rpartition("-")[2].isdigit() for entry in entries):
+        return True
+    external = any(not entry.rpartition("-")[2].isdigit() for entry in entries)
+    return None if external or not os.path.isdir(os.path.join(sys, "fs", "ext4", name)) else False
+
+
+def journal_warning(root: str, mount: MountInfo | None) -> str | None:
+    """The one warning line a daemon logs at start when ``root`` is on an ext filesystem without a journal, or None.
+
+    On ext4 without a journal even a file's ``fsync`` does not write the block bitmaps and group
+    descriptors of what it allocated: a power cut can lose acknowledged messages (docs/performance.md,
+    the power-cut test of stop 19; docs/protocol.md section 5 requires journaled metadata).
+    """
+    if mount is None or mount.journal is not False:
+        return None
+    return (
+        f"root {root} is on {mount.fstype} without a journal ({mount.source} at {mount.mount_point}): a power cut "
+        "can lose acknowledged messages, even fsynced ones; docs/protocol.md section 5 requires a filesystem "
+        "with journaled metadata (ext4 with its default has_journal, xfs, btrfs)"
+    )
 
 
 def dir_stamp(path: str | os.PathLike[str]) -> tuple[int, int, int]:
@@ -131,3 +205,56 @@ def shared_warning(root: str, mount: MountInfo | None) -> str | None:
             f"and replica >= 3 (check on a server: gluster volume get {volume} all; docs/cluster.md)"
         )
     return text + "durability depends on the server's options (docs/cluster.md)"
+
+
+#: How long a :class:`DirtyMeter` keeps a reading of ``/proc/meminfo``, in seconds (a read costs ~30 us here).
+DIRTY_REFRESH_SECONDS = 0.05
+
+
+class DirtyMeter:
+    """The machine's dirty page cache (``/proc/meminfo`` ``Dirty:`` + ``Writeback:``), read at most every ``refresh`` s.
+
+    What a ``syncfs`` of a filesystem may have to write back before it returns (the counts are the
+    whole machine's: an over-estimate for one filesystem). Thread-safe: concurrent callers may each
+    read the file once; the last reading wins.
+
+    Args:
+        meminfo: The file to read (``/proc/meminfo``; a test may pass another).
+        refresh: Seconds a reading is kept (:data:`DIRTY_REFRESH_SECONDS`).
+    """
+
+    def __init__(self, meminfo: str = "/proc/meminfo", refresh: float = DIRTY_REFRESH_SECONDS) -> None:
+        self.meminfo = meminfo
+        self.refresh = refresh
+        #: (monotonic time of the next read, the last reading).
+        self._reading: tuple[float, int | None] = (0.0, None)
+
+    def dirty_bytes(self) -> int | None:
+        """Dirty + under-writeback bytes at the last reading (re-read when older than ``refresh``); None: unreadable."""
+        now = time.monotonic()
+        due, value = self._reading
+        if now < due:
+            return value
+        value = read_dirty(self.meminfo)
+        self._reading = (now + self.refresh, value)
+        return value
+
+
+def read_dirty(meminfo: str = "/proc/meminfo") -> int | None:
+    """``Dirty:`` + ``Writeback:`` of ``meminfo`` in bytes, or None if it cannot be read or has neither line."""
+    try:
+        fd = os.open(meminfo, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 16384)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    total = 0
+    try:
+        for key in (b"\nDirty:", b"\nWriteback:"):
+            start = text.index(key) + len(key)
+            total += int(text[start : text.index(b" kB", start)]) * 1024
+    except ValueError:
+        return None
+    return total

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
+import os
+import threading
+from pathlib import Path
 
 import pytest
 
+from daemons._savers import FOREIGN_DIRTY_HOLD_SECONDS, FOREIGN_DIRTY_LIMIT
+from mqcore.fsinfo import read_dirty
 from tests.integration.test_metrics import scrape, value
 
 #: Concurrent single sends and batches of 10, and the messages they store.
@@ -71,12 +77,94 @@ async def test_file_sync_modes_store_every_message_and_show_their_fsyncs(stack_f
     )
     assert after == (before if mode == "syncfs" else before + 1)
 
+    assert await receive_all(stack, queue) == sent
+
+
+async def receive_all(stack, queue: str) -> dict[str, bytes]:
+    """Receive every message of ``queue`` (each once: a long visibility timeout); message id -> body."""
     got: dict[str, bytes] = {}
     while True:
         reply = await stack.request("GET", f"/{queue}/messages?max_messages=10&visibility_timeout_seconds=600")
         assert reply.status == 200, reply.body
         if not reply.json["messages"]:
-            break
+            return got
         for m in reply.json["messages"]:
             got[m["message_id"]] = base64.b64decode(m["body_base64"])
-    assert got == sent
+
+
+class ForeignWriter:
+    """Another program's writes: ``size`` bytes in a file, never fsynced, kept dirty until :meth:`write_back`.
+
+    A thread rewrites the file a MiB at a time (every 2 ms) while it runs, so that the data is dirty
+    again soon after some other process's ``sync`` or ``syncfs`` wrote it. The file is deleted on exit.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: Path, size: int = 256 << 20) -> None:
+        self.path = path
+        self.size = size
+        self.fd = -1
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._rewrite, daemon=True)
+
+    def __enter__(self) -> ForeignWriter:
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        chunk = os.urandom(self.CHUNK)
+        for offset in range(0, self.size, self.CHUNK):
+            os.pwrite(self.fd, chunk, offset)
+        self.thread.start()
+        return self
+
+    def _rewrite(self) -> None:
+        chunk = os.urandom(self.CHUNK)
+        offsets = itertools.cycle(range(0, self.size, self.CHUNK))
+        while not self.stop.wait(0.002):
+            os.pwrite(self.fd, chunk, next(offsets))
+
+    def write_back(self) -> None:
+        """Stop rewriting and make the file's data durable: nothing of it is dirty any more."""
+        self.stop.set()
+        self.thread.join()
+        os.fsync(self.fd)
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        os.close(self.fd)
+        self.path.unlink()
+
+
+async def test_auto_uses_file_fsyncs_while_the_machine_holds_other_writers_dirty_data(
+    stack_factory, http, queue, tmp_path
+):
+    # A syncfs waits for every dirty page of the filesystem: with another program's 256 MiB of unwritten data
+    # on the root's filesystem, auto sends under load fsync their files instead; once that data is written
+    # back, syncfs rounds again. Every message is received either way.
+    stack = stack_factory(mq_args=["--file-sync", "auto", "--inline-io", "never", "--workers", "4"])
+    await stack.create_queue(queue)
+
+    async def fsyncs() -> tuple[float, float]:
+        samples = await scrape(http, stack.url + "/metrics")
+        name = "mq_storage_fsync_duration_seconds_count"
+        return value(samples, name, kind="file"), value(samples, name, kind="syncfs")
+
+    with ForeignWriter(tmp_path / "foreign.bin") as writer:
+        dirty = read_dirty()
+        assert dirty is not None and dirty > FOREIGN_DIRTY_LIMIT, dirty  # the test's premise
+        files, rounds = await fsyncs()
+        sent = await send_all(stack, queue)
+        files_after, rounds_after = await fsyncs()
+        assert files_after - files >= MESSAGES and rounds_after == rounds == 0
+        assert "MiB of dirty data not mq's; file fsyncs until under 16 MiB" in stack.mq.log
+
+        writer.write_back()
+        await asyncio.sleep(FOREIGN_DIRTY_HOLD_SECONDS)  # auto keeps to file fsyncs that long after dirty data
+        for _ in range(10):  # under load: how many sends overlap depends on how the requests arrive
+            sent.update(await send_all(stack, queue))
+            if (await fsyncs())[1] > 0:
+                break
+        assert (await fsyncs())[1] > 0
+        assert "syncfs rounds again" in stack.mq.log
+    assert await receive_all(stack, queue) == sent

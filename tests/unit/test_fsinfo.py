@@ -1,11 +1,22 @@
-"""Which filesystem a root is on (mqcore.fsinfo): the warning mq logs at start on a shared filesystem."""
+"""Which filesystem a root is on (mqcore.fsinfo): the warnings mq logs at start (shared, no journal); dirty data."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from mqcore.fsinfo import dir_stamp, mount_of, shared_warning
+import pytest
+
+from mqcore.fsinfo import (
+    DirtyMeter,
+    MountInfo,
+    dir_stamp,
+    ext_journal,
+    journal_warning,
+    mount_of,
+    read_dirty,
+    shared_warning,
+)
 
 MOUNTS = """\
 /dev/vda / ext4 rw,relatime 0 0
@@ -64,3 +75,64 @@ def test_a_lease_checks_its_rename_only_where_a_rename_may_report_success_withou
     store = Store(tmp_path / "root")
     assert store.renames_may_lie == renames_may_lie(str(tmp_path / "root"))
     assert store.at(1).renames_may_lie == store.renames_may_lie
+
+
+def _sysfs(tmp_path, *, task: str | None, jbd2: list[str] | None, ext4_dir: bool = True) -> tuple[str, str]:
+    """A /proc- and /sys-like tree for the filesystem of ``tmp_path`` as device ``fake0``: (proc, sys)."""
+    proc, sys = tmp_path / "proc", tmp_path / "sys"
+    dev = os.stat(tmp_path).st_dev
+    (sys / "dev" / "block").mkdir(parents=True)
+    os.symlink("../../devices/virtual/block/fake0", sys / "dev" / "block" / f"{os.major(dev)}:{os.minor(dev)}")
+    if ext4_dir:
+        (sys / "fs" / "ext4" / "fake0").mkdir(parents=True)
+        if task is not None:
+            (sys / "fs" / "ext4" / "fake0" / "journal_task").write_text(task + "\n")
+    if jbd2 is not None:
+        (proc / "fs" / "jbd2").mkdir(parents=True)
+        for name in jbd2:
+            (proc / "fs" / "jbd2" / name).mkdir()
+    return str(proc), str(sys)
+
+
+@pytest.mark.parametrize(
+    ("task", "jbd2", "ext4_dir", "journal"),
+    [
+        ("<none>", [], True, False),  # journal_task (recent kernels) says no journal
+        ("4242", [], True, True),  # the pid of its jbd2 thread
+        (None, ["other1-8", "fake0-8"], True, True),  # older kernels: the internal journal's jbd2 entry
+        (None, ["other1-8"], True, False),  # none for it, and no external journal anywhere
+        (None, ["other1-8", "sdb1"], True, None),  # an external journal exists: it may be this one's
+        (None, None, True, None),  # no /proc/fs/jbd2 to look at
+        (None, [], False, None),  # not a device the ext4 driver has mounted: the name is not known
+    ],
+)
+def test_ext_journal_reads_sysfs_then_jbd2(tmp_path, task, jbd2, ext4_dir, journal):
+    proc, sys = _sysfs(tmp_path, task=task, jbd2=jbd2, ext4_dir=ext4_dir)
+    assert ext_journal(str(tmp_path), "ext4", proc, sys) is journal
+    assert ext_journal(str(tmp_path), "ext3", proc, sys) is journal
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/fake0 {tmp_path} ext4 rw 0 0\n")
+    assert mount_of(tmp_path, str(mounts), proc, sys) == MountInfo("/dev/fake0", str(tmp_path), "ext4", journal)
+    assert (journal_warning("/r", mount_of(tmp_path, str(mounts), proc, sys)) is not None) == (journal is False)
+
+
+def test_ext_journal_of_other_types(tmp_path):
+    proc, sys = _sysfs(tmp_path, task="4242", jbd2=["fake0-8"])
+    assert ext_journal(str(tmp_path), "ext2", proc, sys) is False  # never: even an ext3 image mounted as ext2
+    assert ext_journal(str(tmp_path), "xfs", proc, sys) is None
+    assert ext_journal(str(tmp_path / "missing"), "ext4", proc, sys) is None  # no stat
+    assert journal_warning("/r", None) is None
+
+
+def test_dirty_meter_reads_dirty_and_writeback(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24683656 kB\nDirty:              8116 kB\nWriteback:           100 kB\n")
+    meter = DirtyMeter(str(meminfo), refresh=3600)
+    assert meter.dirty_bytes() == (8116 + 100) * 1024
+    meminfo.write_text("MemTotal:       24683656 kB\nDirty:            999999 kB\nWriteback:             0 kB\n")
+    assert meter.dirty_bytes() == (8116 + 100) * 1024  # kept for ``refresh`` seconds
+    assert DirtyMeter(str(meminfo), refresh=0).dirty_bytes() == 999999 * 1024
+    meminfo.write_text("MemTotal:       24683656 kB\n")
+    assert read_dirty(str(meminfo)) is None
+    assert read_dirty(str(tmp_path / "missing")) is None
+    assert isinstance(read_dirty(), int)  # this machine's /proc/meminfo
