@@ -46,7 +46,7 @@ class Sender:
         syncfs = self.savers.use_file_sync(broker.settings.file_sync, mount)
         logger.info(
             "file sync %s (--file-sync %s, root on %s)",
-            ("syncfs" if self.savers.syncfs_always else "syncfs while every saver is busy") if syncfs else "fsync",
+            ("syncfs" if self.savers.syncfs_always else "syncfs under load") if syncfs else "fsync",
             broker.settings.file_sync,
             mount.fstype if mount is not None else "an unknown filesystem",
         )
