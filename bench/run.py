@@ -40,7 +40,7 @@ all figures, the machine, and the bars (``bars``: value, bar, met): sends at
 (>= 0.8), and every bar and scale figure of issue 12 (:mod:`bench.bars`).
 Progress goes to stderr. Usage, from the repository root::
 
-    .venv/bin/python bench/run.py                 # full run, about 45 minutes (the 1,000,000-message drain: ~25)
+    .venv/bin/python bench/run.py                 # full run, ~16 minutes quiet (the 1,000,000-message drain: ~6)
     .venv/bin/python bench/run.py --quick         # 3 s steps, 10,000-deep queue, small scale steps
     .venv/bin/python bench/run.py --steps sends,batch_sends,receive,batch_receive   # batches vs single
     .venv/bin/python bench/run.py --url http://127.0.0.1:8080 --root /var/lib/mq
