@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
+from types import FrameType
 from typing import Any
 
 import click
@@ -178,10 +179,22 @@ def sd_notify(state: str) -> None:
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
-    """Set ``stop`` on SIGTERM or SIGINT (the daemons then finish their work and exit 0)."""
+    """Set ``stop`` on SIGTERM or SIGINT (the daemons then finish their work and exit 0).
+
+    Python-level handlers (``signal.signal``), not ``loop.add_signal_handler``: uvloop wakes on
+    any signal through its self-pipe and runs them on the loop's thread, and each only queues
+    :func:`_on_signal` on the loop. The loop's own handlers would have to be removed before the
+    loop closes, and uvloop's removal puts SIGTERM's default action back before
+    :func:`_ignore_stop_signals` can ignore it: a SIGTERM in that gap (the main thread preempted
+    there under load) killed a daemon that had already stopped cleanly ("killed by signal 15").
+    """
     loop = asyncio.get_running_loop()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(_on_signal, stop, signal.Signals(signum))
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, _on_signal, stop, sig)
+        signal.signal(sig, handler)
 
 
 def install_reload_signal(reload: Callable[[], None]) -> None:
@@ -235,9 +248,9 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
 
 
 def _ignore_stop_signals() -> None:
-    loop = asyncio.get_running_loop()
+    # One switch from the handler (install_stop_signals's, or the early exit's) straight to SIG_IGN:
+    # the default action (terminate) is never in place in between.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(sig)
         signal.signal(sig, signal.SIG_IGN)
 
 
