@@ -39,7 +39,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from mqcore.fsinfo import dir_stamp
-from mqcore.names import parse_ready_name, sent_ms_of
+from mqcore.names import QueueName, parse_ready_name, sent_ms_of
 from mqcore.protocol import STORAGE_HOOKS, Store, now_ms
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class _Status(Protocol):
 
 
 _Answer = TypeVar("_Answer", bound=_Status)
+_T = TypeVar("_T")
 
 # No ``_created`` series: they double the output and no dashboard here reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -398,7 +399,23 @@ class ScrapeCache:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._queues: dict[str, _Cached] = {}
-        self._delay: tuple[tuple[int, int, int] | None, bool, dict[Any, tuple[int, int]]] = (None, False, {})
+        #: What :meth:`_dir` read of a whole directory (``queues/``, ``delay/``): path -> (stamp, trusted, value).
+        self._dirs: dict[str, tuple[tuple[int, int, int] | None, bool, Any]] = {}
+
+    def _dir(self, path: str, read: Callable[[], _T]) -> _T:
+        """``read()``, or what it returned last time if ``path``'s stamp is trusted and unchanged."""
+        stamp, trusted = _stamp(path)
+        old = self._dirs.get(path)
+        if old is not None and old[1] and stamp is not None and old[0] == stamp:
+            value: _T = old[2]
+            return value
+        value = read()
+        self._dirs[path] = (stamp, trusted, value)
+        return value
+
+    def list_queues(self) -> list[QueueName]:
+        """``Store.list_queues()``, reused while ``queues/`` is unchanged (a create or delete of a queue changes it)."""
+        return list(self._dir(self.store.layout.queues, self.store.list_queues))
 
     def read(
         self, queues: Sequence[str], unindexed: set[str]
@@ -431,14 +448,7 @@ class ScrapeCache:
             if status is not None:
                 redrive[queue] = (status[0], status[1], status[2] == "running" and now - status[3] <= 10_000)
         self._queues = new
-        stamp, trusted = _stamp(store.layout.delay)
-        cached = self._delay
-        if cached[1] and stamp is not None and cached[0] == stamp:
-            delay_counts = cached[2]
-        else:
-            delay_counts = store.count_delay()
-            self._delay = (stamp, trusted, delay_counts)
-        return scanned, delay_counts, redrive
+        return scanned, self._dir(store.layout.delay, store.count_delay), redrive
 
 
 class QueueSnapshot:
@@ -489,9 +499,8 @@ class BrokerCollector(Collector):
         last read (a queue's listing and ``.redrive``, ``delay/``'s listing) is reused (:class:`ScrapeCache`):
         with 10,000 queues a scrape is one ``stat`` per queue instead of an open and maybe a listing."""
         broker = self.broker
-        store = broker.store
         # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
-        queues = await asyncio.to_thread(store.list_queues)
+        queues = await asyncio.to_thread(self.cache.list_queues)
         if broker.queues.watcher is not None:  # what other processes did before the scrape, not a window later
             broker.queues.on_watch_events()
         indexed: dict[str, tuple[int, int | None]] = {}

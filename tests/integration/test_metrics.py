@@ -224,7 +224,10 @@ async def test_scrape_shows_what_a_brokerless_client_changed_since_the_last_one(
     first = sorted(n for n in os.listdir(Path(stack.root) / "queues" / queue) if not n.startswith("."))[0]
     assert store.lease(queue, first, 300_000) is not None
     store.write_redrive_status(queue, {"state": "done", "moved": 7, "skipped": 1, "updated_ms": 0})
+    store.create_queue("later")
+    store.send("later", b"x")
     samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_queue_messages_ready", queue="later") == 1
     assert value(samples, "mq_queue_messages_ready", queue=queue) == 4
     assert value(samples, "mq_queue_messages_in_flight", queue=queue) == 1
     assert value(samples, "mq_redrive_moved_messages", queue=queue) == 7
