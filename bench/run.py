@@ -1313,6 +1313,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--scale-queue-messages", type=int, default=10, help="step queues: messages per queue (default 10)")
     p.add_argument(
+        "--metrics-queues",
+        type=int,
+        default=0,
+        help="step metrics: first fill this many more queues of --scale-queue-messages directly and receive once "
+        "on each, so the scrapes see an mq holding them all (default 0; the full run's 10,000-queue case: 10000)",
+    )
+    p.add_argument(
         "--scale-samples",
         type=int,
         default=None,
@@ -1454,6 +1461,7 @@ def main(argv: list[str] | None = None) -> int:
             "drain_depth": args.drain_depth,
             "startup_messages": args.startup_messages,
             "scale_queues": args.scale_queues,
+            "metrics_queues": args.metrics_queues,
             "longpoll_receivers": args.longpoll_receivers,
             "longpoll_queues": args.longpoll_queues,
             "large_sizes": args.large_sizes,
@@ -1537,7 +1545,10 @@ def main(argv: list[str] | None = None) -> int:
         if "large" in steps:
             result["large"] = scale.large()
         if "metrics" in steps:
+            extra = scale.extra_queues(args.metrics_queues) if args.metrics_queues and own_server else None
             result["metrics_scrape"] = bench.metrics_cost()
+            result["metrics_scrape"]["extra_queues"] = extra
+            result["metrics_scrape"]["queues_held"] = len(os.listdir(scale.mq_root / "queues")) if own_server else None
     except (RuntimeError, OSError) as exc:
         failed = f"{type(exc).__name__}: {exc}"
         log(f"FAILED: {failed}")

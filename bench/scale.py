@@ -388,6 +388,19 @@ class Scale:
             self.bench.api.delete_queue(q)
         return res
 
+    def extra_queues(self, many: int) -> dict[str, Any]:
+        """Fill ``many`` queues of ``--scale-queue-messages`` directly, then receive once on each (mq indexes all).
+
+        For the metrics step with ``--metrics-queues``: a scrape's cost grows with the queues mq holds.
+        """
+        per = self.opts.scale_queue_messages
+        names = [f"bench-metrics-{i:05d}" for i in range(many)]
+        self._log(f"metrics: {many:,} more queues of {per} messages (direct prefill), one receive on each")
+        filled = fill(self.mq_root, [(q, per) for q in names])
+        t0 = time.monotonic()
+        self._warm(names)
+        return {"queues": many, "messages_per_queue": per, "prefill": filled, "warm_s": round(time.monotonic() - t0, 1)}
+
     def _warm(self, queues: list[str], api: Api | None = None) -> None:
         """One receive (and delete, and resend) on every queue, so mq has indexed each."""
         body = os.urandom(1024)

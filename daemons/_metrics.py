@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
@@ -38,7 +38,8 @@ from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mqcore.names import parse_ready_name, sent_ms_of
+from mqcore.fsinfo import dir_stamp
+from mqcore.names import QueueName, parse_ready_name, sent_ms_of
 from mqcore.protocol import STORAGE_HOOKS, Store, now_ms
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class _Status(Protocol):
 
 
 _Answer = TypeVar("_Answer", bound=_Status)
+_T = TypeVar("_T")
 
 # No ``_created`` series: they double the output and no dashboard here reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -349,22 +351,104 @@ class DiskCollector(Collector):
         yield GaugeMetricFamily("mq_storage_size_bytes", "Size of the root's filesystem.", st.f_blocks * st.f_frsize)
 
 
-def _scan(store: Store, queues: list[str]) -> dict[str, tuple[int, int | None]]:
-    """Worker thread: (ready count, oldest send time in epoch ms) of each queue by one listing."""
-    out: dict[str, tuple[int, int | None]] = {}
-    for queue in queues:
-        try:
-            names = store.scan_ready(queue)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - a queue deleted meanwhile, a storage error: left out of this scrape
-            continue
-        oldest: int | None = None
-        for name in names:
-            parsed = parse_ready_name(name)
-            if parsed is not None:
-                sent = sent_ms_of(parsed[0])
-                oldest = sent if oldest is None or sent < oldest else oldest
-        out[queue] = (len(names), oldest)
-    return out
+#: A directory stamp whose mtime is less than this many ns older than the ``stat`` that took it is not trusted:
+#: a change in the same timestamp tick (or on a host whose clock is a little behind) may leave the mtime as it was.
+RACY_NS = 2_000_000_000
+
+#: A queue's cached reads: (directory stamp, trusted, redrive status, (ready count, oldest send ms) if scanned).
+_Cached = tuple[tuple[int, int, int] | None, bool, tuple[int, int, str, int] | None, tuple[int, int | None] | None]
+
+
+def _scan_one(store: Store, queue: str) -> tuple[int, int | None] | None:
+    """Worker thread: (ready count, oldest send time in epoch ms) of ``queue`` by one listing, None if unreadable."""
+    try:
+        names = store.scan_ready(queue)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a queue deleted meanwhile, a storage error: left out of this scrape
+        return None
+    oldest: int | None = None
+    for name in names:
+        parsed = parse_ready_name(name)
+        if parsed is not None:
+            sent = sent_ms_of(parsed[0])
+            oldest = sent if oldest is None or sent < oldest else oldest
+    return len(names), oldest
+
+
+def _stamp(path: str) -> tuple[tuple[int, int, int] | None, bool]:
+    """(:func:`mqcore.fsinfo.dir_stamp` of ``path`` or None if unreadable, whether it can be trusted next time)."""
+    taken = time.time_ns()
+    try:
+        stamp = dir_stamp(path)
+    except OSError:
+        return None, False
+    return stamp, stamp[1] < taken - RACY_NS
+
+
+class ScrapeCache:
+    """What a scrape read from each queue directory and ``delay/``, reused while the directory's stamp is unchanged.
+
+    A queue directory's mtime changes with every ready file renamed in or out and with a new
+    ``.redrive`` (replaced by rename), through any process or host, so an unchanged
+    :func:`~mqcore.fsinfo.dir_stamp` means its ready names and redrive status are as last read;
+    a stamp taken within :data:`RACY_NS` of its mtime is never reused. Worker thread only.
+
+    Args:
+        store: The store whose directories are read.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._queues: dict[str, _Cached] = {}
+        #: What :meth:`_dir` read of a whole directory (``queues/``, ``delay/``): path -> (stamp, trusted, value).
+        self._dirs: dict[str, tuple[tuple[int, int, int] | None, bool, Any]] = {}
+
+    def _dir(self, path: str, read: Callable[[], _T]) -> _T:
+        """``read()``, or what it returned last time if ``path``'s stamp is trusted and unchanged."""
+        stamp, trusted = _stamp(path)
+        old = self._dirs.get(path)
+        if old is not None and old[1] and stamp is not None and old[0] == stamp:
+            value: _T = old[2]
+            return value
+        value = read()
+        self._dirs[path] = (stamp, trusted, value)
+        return value
+
+    def list_queues(self) -> list[QueueName]:
+        """``Store.list_queues()``, reused while ``queues/`` is unchanged (a create or delete of a queue changes it)."""
+        return list(self._dir(self.store.layout.queues, self.store.list_queues))
+
+    def read(
+        self, queues: Sequence[str], unindexed: set[str]
+    ) -> tuple[dict[str, tuple[int, int | None]], dict[Any, tuple[int, int]], dict[str, tuple[int, int, bool]]]:
+        """(ready counts and oldest send ms of the ``unindexed`` queues, ``count_delay()``, redrive by queue).
+
+        Redrive values are (moved, skipped, running); a queue without a ``.redrive`` is left out.
+        """
+        store, old, new = self.store, self._queues, {}
+        scanned: dict[str, tuple[int, int | None]] = {}
+        redrive: dict[str, tuple[int, int, bool]] = {}
+        now = now_ms()
+        for queue in queues:
+            stamp, trusted = _stamp(store.layout.queue_dir(queue))  # type: ignore[arg-type]
+            entry = old.get(queue)
+            if entry is not None and entry[1] and stamp is not None and entry[0] == stamp:
+                status, counts = entry[2], entry[3]
+            else:
+                raw = store.read_redrive_status(queue)  # type: ignore[arg-type]
+                status = None
+                if raw:
+                    moved, skipped, updated = (int(raw.get(k, 0)) for k in ("moved", "skipped", "updated_ms"))
+                    status = (moved, skipped, str(raw.get("state")), updated)
+                counts = None
+            if queue in unindexed:
+                counts = counts or _scan_one(store, queue)
+                if counts is not None:
+                    scanned[queue] = counts
+            new[queue] = (stamp, trusted, status, counts)
+            if status is not None:
+                redrive[queue] = (status[0], status[1], status[2] == "running" and now - status[3] <= 10_000)
+        self._queues = new
+        return scanned, self._dir(store.layout.delay, store.count_delay), redrive
 
 
 class QueueSnapshot:
@@ -402,41 +486,33 @@ class BrokerCollector(Collector):
         self.counts = counts
         self.times = times
         self.snapshot = QueueSnapshot()
+        self.cache = ScrapeCache(broker.store)
 
     def describe(self) -> list[Metric]:
         return []
 
     async def refresh(self) -> None:
         """Compute the per-queue gauges: ready and oldest age from this daemon's indexes (a listing for
-        the queues it has not indexed), in flight and delayed from one listing of ``delay/``."""
+        the queues it has not indexed), in flight and delayed from one listing of ``delay/``.
+
+        The file work runs on a worker thread, and what a directory's unchanged stamp says is as
+        last read (a queue's listing and ``.redrive``, ``delay/``'s listing) is reused (:class:`ScrapeCache`):
+        with 10,000 queues a scrape is one ``stat`` per queue instead of an open and maybe a listing."""
         broker = self.broker
-        store = broker.store
         # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
-        queues = await asyncio.to_thread(store.list_queues)
+        queues = await asyncio.to_thread(self.cache.list_queues)
         if broker.queues.watcher is not None:  # what other processes did before the scrape, not a window later
             broker.queues.on_watch_events()
         indexed: dict[str, tuple[int, int | None]] = {}
-        unindexed: list[str] = []
+        unindexed: set[str] = set()
+        fetcher_for = broker.queues.fetcher_for
         for queue in queues:
-            state = broker.queues.fetcher_for(queue).queues.get(queue)
+            state = fetcher_for(queue).queues.get(queue)
             if state is None:
-                unindexed.append(queue)
-                continue
-            oldest_name = state.index.peek_oldest()
-            parsed = parse_ready_name(oldest_name) if oldest_name else None
-            indexed[queue] = (len(state.index), sent_ms_of(parsed[0]) if parsed else None)
-
-        def read() -> tuple[dict[str, tuple[int, int | None]], Any, dict[str, tuple[int, int, bool]]]:
-            redrive: dict[str, tuple[int, int, bool]] = {}
-            now = now_ms()
-            for queue in queues:
-                status = store.read_redrive_status(queue)
-                if status:
-                    running = status.get("state") == "running" and now - int(status.get("updated_ms", 0)) <= 10_000
-                    redrive[queue] = (int(status.get("moved", 0)), int(status.get("skipped", 0)), running)
-            return _scan(store, unindexed), store.count_delay(), redrive
-
-        scanned, delay_counts, redrive = await asyncio.to_thread(read)
+                unindexed.add(queue)
+            else:
+                indexed[queue] = (len(state.index), state.index.oldest_sent_ms())
+        scanned, delay_counts, redrive = await asyncio.to_thread(self.cache.read, queues, unindexed)
         now = now_ms()
         snapshot = QueueSnapshot()
         for queue in queues:

@@ -343,6 +343,18 @@ class ReadyIndex:
             heapq.heappop(heap)
         return None
 
+    def oldest_sent_ms(self) -> int | None:
+        """Send time (epoch ms, the id's first 48 bits) of :meth:`peek_oldest`'s message, or None when empty.
+
+        No name is built or parsed: ``GET /metrics`` asks this of every indexed queue.
+        """
+        heap, present = self._heap, self._present
+        while heap:
+            if present.get(heap[0]) is not None:
+                return heap[0] >> 80
+            heapq.heappop(heap)
+        return None
+
     def name_for(self, message_id: str) -> str | None:
         """The ready file name (``ID.RC``) of ``message_id``, if indexed."""
         if _ID_RE.fullmatch(message_id) is None:

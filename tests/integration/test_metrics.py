@@ -10,6 +10,7 @@ did; their sum is the workload), and the per-queue gauges of both agree.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -19,6 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from mqcore.protocol import Store
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -198,6 +201,37 @@ async def test_queue_labels_are_bounded(stack, http) -> None:
     assert labels == {"a1", "a2", "_other"}
     assert value(samples, "mq_queue_messages_ready", queue="_other") == 2
     assert value(samples, "mq_messages_sent_total", queue="_other") == 2
+
+
+async def test_scrape_shows_what_a_brokerless_client_changed_since_the_last_one(stack_factory, http) -> None:
+    # mq reuses what it read of a directory while the directory's stamp is unchanged (daemons._metrics.ScrapeCache);
+    # a stamp younger than 2 s is never reused, so the first scrapes here come after 2.5 s of quiet.
+    stack = stack_factory(mover=False, reaper=False)
+    store = Store(stack.root)
+    queue = "behind"
+    store.create_queue(queue)
+    for i in range(3):
+        store.send(queue, f"m{i}".encode())
+    await asyncio.sleep(2.5)
+    for _ in range(2):  # the second scrape answers from what the first read
+        samples = await scrape(http, stack.url + "/metrics")
+        assert value(samples, "mq_queue_messages_ready", queue=queue) == 3
+        assert value(samples, "mq_queue_messages_in_flight", queue=queue) == 0
+        assert ("mq_redrive_moved_messages", frozenset({("queue", queue)})) not in samples
+
+    store.send(queue, b"m3")
+    store.send(queue, b"m4")
+    first = sorted(n for n in os.listdir(Path(stack.root) / "queues" / queue) if not n.startswith("."))[0]
+    assert store.lease(queue, first, 300_000) is not None
+    store.write_redrive_status(queue, {"state": "done", "moved": 7, "skipped": 1, "updated_ms": 0})
+    store.create_queue("later")
+    store.send("later", b"x")
+    samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_queue_messages_ready", queue="later") == 1
+    assert value(samples, "mq_queue_messages_ready", queue=queue) == 4
+    assert value(samples, "mq_queue_messages_in_flight", queue=queue) == 1
+    assert value(samples, "mq_redrive_moved_messages", queue=queue) == 7
+    assert value(samples, "mq_redrive_running", queue=queue) == 0
 
 
 async def test_reaper_metrics_count_reaped_files(stack_factory, http, wait, tmp_path: Path) -> None:

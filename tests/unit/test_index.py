@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from mqcore.index import Listing, ReadyIndex
-from mqcore.names import IdGenerator, partition_of, ready_name
+from mqcore.names import IdGenerator, MessageId, partition_of, ready_name, sent_ms_of
 
 #: A small pool of ids, so random operations often hit names already present or discarded.
 _GEN = IdGenerator()
@@ -217,6 +217,8 @@ def test_a_parsed_listing_is_the_same_as_its_names(listed: list[str], before: li
     assert popped == [by_names.pop_oldest() for _ in range(len(by_names))]
     assert popped == sorted(popped, key=lambda n: (n.partition(".")[0], int(n.partition(".")[2])))
     assert ReadyIndex(Listing(listed)).peek_oldest() == (min(listed) if listed else None)
+    oldest = ReadyIndex(Listing(listed)).peek_oldest()
+    assert ReadyIndex(Listing(listed)).oldest_sent_ms() == (sent_ms_of(MessageId(oldest[:36])) if oldest else None)
 
 
 @pytest.mark.parametrize("peers", [1, 3, 7])
