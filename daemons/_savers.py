@@ -126,6 +126,7 @@ class SaveJob:
         "refused",
         "results",
         "syncfs",
+        "syncfs_bytes",
         "syncfs_epoch",
         "syncs",
         "syncs_done",
@@ -158,6 +159,8 @@ class SaveJob:
         #: (:meth:`Savers._take_ids` decides), and ``Disk.syncfs_epoch`` read before its first file was written.
         self.syncfs = False
         self.syncfs_epoch = 0
+        #: ``auto``: the page cache its bodies take, counted as mq's own dirty data until its round ends.
+        self.syncfs_bytes = 0
         #: The thread writing the job itself (:meth:`Savers.send_here`), whose own finish sets the future
         #: directly; 0: a saver's job, always handed back through the loop's delivery.
         self.here = 0
@@ -479,10 +482,9 @@ class Savers(Executor):
         A failed round fails every file of the job (unlinked here: never renamed, so never a
         message; mq-reaper would sweep it from ``new/`` otherwise).
         """
-        if not self.syncfs_always:
-            size = _page_bytes(job)
+        if job.syncfs_bytes:
             with self._own_lock:
-                self._own_dirty -= size
+                self._own_dirty -= job.syncfs_bytes
         if error is not None:
             for i, pending in enumerate(job.written):
                 if pending is not None:
@@ -547,6 +549,7 @@ class Savers(Executor):
                 return False
             else:
                 self._own_dirty += size
+                job.syncfs_bytes = size  # taken off again when its round ends (_files_synced)
         if low == self._foreign_high:  # it changed: say so once
             self._foreign_high = not low
             logger.info(

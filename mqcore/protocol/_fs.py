@@ -171,35 +171,44 @@ class DirSyncer:
             path: The directory.
             done: Called once, with None or the OSError of this caller's round.
         """
-        with self._cond:
-            waiting = self._later.get(path)
-            if waiting is not None:
-                waiting.append(done)  # a leader is running a round: it runs the next one for us
-                return
-            self._later[path] = [done]
-        lead_rounds(self._cond, self._later, path, lambda: fsync_dir(path), "directory")
+        join_or_lead(self._cond, self._later, path, done, fsync_dir, "directory")
 
 
 #: A group commit's callback: None, or the OSError of the round that covered its caller.
 Done = Callable[[OSError | None], None]
 
 
-def lead_rounds(
-    cond: threading.Condition, later: dict[str, list[Done]], key: str, sync: Callable[[], None], kind: str
+def join_or_lead(
+    cond: threading.Condition,
+    later: dict[str, list[Done]],
+    key: str,
+    done: Done,
+    sync: Callable[[str], None],
+    kind: str,
 ) -> None:
-    """Run rounds of ``sync`` for the callers left in ``later[key]`` until none is left (the leader of a group commit).
+    """Leave ``done`` for the round after the one running for ``key``, or lead the rounds (a group commit).
 
-    Each round takes every caller left before it started, runs ``sync`` once and calls each of them
-    with its outcome (None, or the OSError; an error is never retried for them: "fsyncgate"). When a
-    round ends and nobody left anything meanwhile, ``later[key]`` is removed: the next caller leads.
+    A caller that finds a leader for ``key`` leaves ``done`` in ``later[key]`` and returns at once.
+    Otherwise it leads: it runs rounds of ``sync(key)`` for the callers left in ``later[key]`` until
+    none is left. Each round takes every caller left before it started, runs ``sync`` once and calls
+    each of them with its outcome (None, or the OSError; an error is never retried for them:
+    "fsyncgate"). When a round ends and nobody left anything meanwhile, ``later[key]`` is removed:
+    the next caller leads.
 
     Args:
         cond: The lock guarding ``later``.
-        later: Callers waiting per key; ``later[key]`` exists (the caller put itself there, as leader).
+        later: Callers waiting per key.
         key: The directory, or ``""`` for a filesystem's ``syncfs``.
-        sync: One round's system call(s); raises OSError.
+        done: This caller's callback (quick, must not raise; runs on the leading thread).
+        sync: One round's system call(s), given ``key``; raises OSError.
         kind: :data:`STORAGE_HOOKS` ``on_fsync``'s kind (``"directory"`` or ``"syncfs"``).
     """
+    with cond:
+        waiting = later.get(key)
+        if waiting is not None:
+            waiting.append(done)  # a leader is running a round: it runs the next one for us
+            return
+        later[key] = [done]
     while True:
         with cond:
             callers = later[key]
@@ -210,7 +219,7 @@ def lead_rounds(
         error: OSError | None = None
         started = time.perf_counter()
         try:
-            sync()
+            sync(key)
         except OSError as exc:
             error = exc
         if error is None and STORAGE_HOOKS.on_fsync is not None:
@@ -295,15 +304,9 @@ class FsSyncer:
         def checked(error: OSError | None) -> None:
             done(self._failure if error is None and self._failures != epoch else error)
 
-        with self._cond:
-            waiting = self._later.get("")
-            if waiting is not None:
-                waiting.append(checked)
-                return
-            self._later[""] = [checked]
-        lead_rounds(self._cond, self._later, "", self._sync, "syncfs")
+        join_or_lead(self._cond, self._later, "", checked, self._sync, "syncfs")
 
-    def _sync(self) -> None:
+    def _sync(self, _key: str) -> None:
         if self._syncfs(self._fd) != 0:
             code = ctypes.get_errno()
             error = OSError(code, os.strerror(code))
