@@ -29,10 +29,12 @@ Needs root (loop mounts, FIFREEZE); without it the tests skip locally and FAIL u
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import platform
 import threading
@@ -172,6 +174,11 @@ async def send(stack, queue: str, body: bytes):
     return await stack.request("POST", f"/{queue}/messages", data=body)
 
 
+async def send_batch(stack, queue: str, bodies: list[bytes]):
+    entries = [{"id": str(i), "body_base64": base64.b64encode(body).decode()} for i, body in enumerate(bodies)]
+    return await stack.request("POST", f"/{queue}/messages/batch", data=json.dumps({"entries": entries}))
+
+
 async def reboot_and_check(nested: NestedDisk, stack, stack_factory, queue: str, acked: dict[str, bytes], refused):
     """Cut the power of the inner filesystem, start mq and mq-reaper on what reached it, check what comes back.
 
@@ -207,18 +214,31 @@ async def test_failed_round_fails_every_send_of_it_and_later_sends_succeed(neste
 
     nested.fill()
     refused = [body_of(f"full{i}") for i in range(12)]
+    batches = [[body_of(f"full-batch{b}.{i}") for i in range(5)] for b in range(2)]
     replies = await asyncio.gather(*(send(stack, queue, body) for body in refused))
+    batch_replies = await asyncio.gather(*(send_batch(stack, queue, bodies) for bodies in batches))
     for reply in replies:
         assert_syncfs_503(reply, stack.logs())
+    for reply in batch_replies:  # a batch's entries fail one by one (200), each as a single send's 503
+        assert reply.status == 200 and not reply.json["successful"], f"{reply.status} {reply.body[:300]!r}"
+        assert len(reply.json["failed"]) == 5, reply.json
+        for entry in reply.json["failed"]:
+            assert entry["error"] == "storage_unavailable" and entry["sender_fault"] is False, entry
+            assert "syncfs" in entry["message"] and entry["details"]["errno"] in ("ENOSPC", "EIO"), entry
+    refused += [body for bodies in batches for body in bodies]
     assert stack.files("new") == [], f"a failed round left files in new/: {stack.files('new')}"
     assert len(stack.files(f"queues/{queue}")) == len(acked), "a failed round renamed a file into the queue"
 
     nested.free()
     later = [body_of(f"after{i}") for i in range(12)]
-    replies = await asyncio.gather(*(send(stack, queue, body) for body in later))
-    for reply, body in zip(replies, later, strict=True):
+    batch = [body_of(f"after-batch.{i}") for i in range(5)]
+    replies = await asyncio.gather(*(send(stack, queue, body) for body in later), send_batch(stack, queue, batch))
+    for reply, body in zip(replies, later, strict=False):
         assert reply.status == 201, f"a send after the disk recovered -> {reply.status} {reply.body[:300]!r}"
         acked[reply.header("X-Message-Id")] = body
+    assert replies[-1].status == 200 and not replies[-1].json["failed"], replies[-1].body[:300]
+    for entry in replies[-1].json["successful"]:
+        acked[entry["message_id"]] = batch[int(entry["id"])]
     await reboot_and_check(nested, stack, stack_factory, queue, acked, refused)
 
 
