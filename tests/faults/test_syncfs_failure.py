@@ -15,9 +15,10 @@ error on the inner filesystem (errseq) and ``syncfs`` returns it, while metadata
 bitmaps, directories) still reaches the disk. Removing the filler clears the fault: later rounds
 succeed. Freezing the outer filesystem (FIFREEZE) holds the inner's writeback, so a ``syncfs`` round
 stays running until the thaw: that orders "a send written while a round runs" without any timing.
-libfiu was not used: it fails the libc call (not the kernel) and its POSIX wrappers have no
-``syncfs``; FUSE was not: mq never uses ``syncfs`` on FUSE (``mqcore.fsinfo.MountInfo.local``),
-and this machine has no libfuse.
+libfiu was not used: it fails a libc call, not the kernel's write-back, and its POSIX preload
+(Debian's fiu-utils 1.1) wraps ``fsync`` and ``fdatasync`` but not ``syncfs`` (no failure point
+``posix/io/sync/syncfs``; no other call it wraps fails mq's round). FUSE was not: mq never uses
+``syncfs`` on FUSE (``mqcore.fsinfo.MountInfo.local``), and this machine has no libfuse.
 
 Every test ends with a power cut of the inner filesystem (tests/faults/test_power_cut.py's
 shutdown ioctl, e2fsck, mount) and a new mq on what reached the disk: every 201 comes back with
