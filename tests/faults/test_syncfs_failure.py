@@ -1,9 +1,11 @@
 """A failed ``syncfs`` round (``mq --file-sync syncfs``), with errors the kernel itself reports.
 
 docs/protocol.md 6.2's rules for a failed round: every send of the round fails (503, its files
-unlinked, nothing renamed), and so does every later send whose first file was written before the
-failed round ended, even if its own round's ``syncfs`` succeeds (the kernel reports a writeback
-error once: "fsyncgate"; the epoch rule of ``mqcore.protocol._fs.FsSyncer``).
+unlinked, nothing renamed), and so does every later send begun (the count of failed rounds read,
+before its first write) before the failed round ended, even if its own round's ``syncfs``
+succeeds (the kernel reports a writeback error once: "fsyncgate"; the epoch rule of
+``mqcore.protocol._fs.FsSyncer``). A round also fails when the error it reports was another
+writer's: ``syncfs`` cannot say whose pages were lost.
 
 How the errors are made real (shared/notes/fault-testing.md): mq's root is on an ext4 image
 ("inner") whose file sits on a second, small ext4 ("outer"); both loop-mounted. The inner image is
@@ -14,7 +16,7 @@ those holes fail with ENOSPC: the kernel fails the writeback of the message file
 error on the inner filesystem (errseq) and ``syncfs`` returns it, while metadata (inode table,
 bitmaps, directories) still reaches the disk. Removing the filler clears the fault: later rounds
 succeed. Freezing the outer filesystem (FIFREEZE) holds the inner's writeback, so a ``syncfs`` round
-stays running until the thaw: that orders "a send written while a round runs" without any timing.
+stays running until the thaw: that orders "a send begun while a round runs" without any timing.
 libfiu was not used: it fails a libc call, not the kernel's write-back, and its POSIX preload
 (Debian's fiu-utils 1.1) wraps ``fsync`` and ``fdatasync`` but not ``syncfs`` (no failure point
 ``posix/io/sync/syncfs``; no other call it wraps fails mq's round). FUSE was not: mq never uses
@@ -22,7 +24,9 @@ libfiu was not used: it fails a libc call, not the kernel's write-back, and its 
 
 Every test ends with a power cut of the inner filesystem (tests/faults/test_power_cut.py's
 shutdown ioctl, e2fsck, mount) and a new mq on what reached the disk: every 201 comes back with
-its exact body, nothing that got a 503 ever does, and nothing is left in ``new/``.
+its exact body, nothing that got a 503 ever does, and mq-reaper's sweep leaves nothing in
+``new/``. (Before the cut mq leaves nothing there either; after it the refused sends' files can be
+back, since their unlinks were never fsynced: docs/protocol.md section 12, as this test found.)
 
 Needs root (loop mounts, FIFREEZE); without it the tests skip locally and FAIL under ``CI=true``.
 """
