@@ -295,14 +295,25 @@ async def test_send_started_before_a_failed_round_ended_fails_though_its_own_rou
                 return True
         return False
 
+    def bytes_written() -> int:
+        """Bytes written by mq's ``write`` calls so far (/proc/PID/io ``wchar``): J's body too, once written."""
+        with open(f"/proc/{stack.mq.pid}/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+
     syncfs_nr, openat_nr = numbers
     nested.freeze(True)
     try:
         k_body, j_body = body_of("k"), body_of("j")
         k = asyncio.ensure_future(send(stack, queue, k_body))
         await wait_for(lambda: in_syscall(syncfs_nr), message="no mq thread is in syncfs (round N)")
+        written = bytes_written()
         j = asyncio.ensure_future(send(stack, queue, j_body))
-        await wait_for(lambda: in_syscall(openat_nr, CREATE), message="J's create in new/ is not under way")
+        # J has taken its id and read the count: its create waits (new/'s block is being written by round N),
+        # or (should the block not be in N's write-back) it has written its body and waits for round N+1.
+        await wait_for(
+            lambda: in_syscall(openat_nr, CREATE) or bytes_written() - written >= len(j_body),
+            message="J's create in new/ is not under way",
+        )
         assert not k.done() and not j.done(), "a send was answered while its syncfs round was held"
         assert in_syscall(syncfs_nr), "round N ended while the outer filesystem was frozen"
     finally:
