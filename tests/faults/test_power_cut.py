@@ -57,15 +57,23 @@ def run(*cmd: str, ok: tuple[int, ...] = (0,)) -> str:
 
 
 class Disk:
-    """An ext4 image file mounted through a loop device at ``mount_point``; ``cut`` simulates a power cut."""
+    """An ext4 image file mounted through a loop device at ``mount_point``; ``cut`` simulates a power cut.
 
-    def __init__(self, base: Path, journal: bool) -> None:
+    Args:
+        base: A directory for the image (``disk.img``) and the mount point (``mnt``).
+        journal: Whether the ext4 has a journal.
+        size: The image's size in bytes (a sparse file).
+        mkfs_options: More options for ``mkfs.ext4`` (e.g. ``-E lazy_itable_init=0``).
+    """
+
+    def __init__(self, base: Path, journal: bool, size: int = 96 << 20, mkfs_options: tuple[str, ...] = ()) -> None:
         self.image = base / "disk.img"
         self.mount_point = base / "mnt"
         self.mount_point.mkdir()
         with open(self.image, "wb") as f:
-            f.truncate(96 << 20)
-        run("mkfs.ext4", "-q", "-F", "-m", "0", *([] if journal else ["-O", "^has_journal"]), str(self.image))
+            f.truncate(size)
+        journal_options = [] if journal else ["-O", "^has_journal"]
+        run("mkfs.ext4", "-q", "-F", "-m", "0", *journal_options, *mkfs_options, str(self.image))
         self.mounted = False
         #: What the last e2fsck said (shown when a check fails).
         self.fsck = ""
@@ -105,14 +113,19 @@ class Disk:
             self.mounted = False
 
 
-@pytest.fixture
-def power_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Disk]:
-    """A loop-mounted ext4 (``request.param``: True = with a journal); unmounted at teardown."""
+def need_loop_disks() -> None:
+    """Skip (fail under CI=true) unless this process can make and mount loop ext4 images: root and the tools."""
     if os.geteuid() != 0:
         fault_unavailable("mounting a loop device needs root")
     for tool in ("mkfs.ext4", "e2fsck", "mount", "umount"):
         if shutil.which(tool) is None:
             fault_unavailable(f"{tool} not found")
+
+
+@pytest.fixture
+def power_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Disk]:
+    """A loop-mounted ext4 (``request.param``: True = with a journal); unmounted at teardown."""
+    need_loop_disks()
     disk = Disk(tmp_path, journal=request.param)
     disk.mount()
     try:
