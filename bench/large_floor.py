@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             def one_loop(size: int = size, loops: list[dict[str, Any]] = loops) -> None:
                 d = root / f"diskloop-{size}-{len(loops)}"
                 d.mkdir()
-                loops.append(disk_loop(d, threads=args.clients, duration_s=args.seconds, body_bytes=size, keep_files=True))
+                loops.append(
+                    disk_loop(d, threads=args.clients, duration_s=args.seconds, body_bytes=size, keep_files=True)
+                )
                 log(f"large_floor: disk loop {size:,} B: {loops[-1]['mb_per_s']} MB/s")
 
             one_loop()
@@ -202,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.output:
         Path(args.output).write_text(text + "\n")
-    time.sleep(0)
     return 0
 
 
