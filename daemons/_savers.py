@@ -83,10 +83,11 @@ FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
 #: machine's disk; docs/performance.md, "Sends: syncfs only without foreign dirty data").
 FOREIGN_DIRTY_LIMIT = 32 << 20
 #: With ``--file-sync auto``, a job whose bodies average this many bytes or more fsyncs its files instead of leaving
-#: them to a ``syncfs`` round: a round then carries tens of MiB of data, written back and waited for as one, which the
-#: savers' own fsyncs overlap better (1 MiB sends at 16 clients: 360-380 against 460-490 sends/s on the test machine's
-#: disk; 64 KiB alike; docs/performance.md, "Large bodies: 1 MiB sends").
-SYNCFS_BODY_LIMIT = 256 << 10
+#: them to a ``syncfs`` round: a round then carries up to tens of MiB, written back and waited for as one, which the
+#: savers' own fsyncs overlap better while the machine has CPU to spare (1 MiB sends at 16 clients: 360-380 against
+#: 460-490 sends/s on the test machine's disk). Smaller bodies keep their rounds: at 256 KiB they won clearly, at
+#: 512 KiB they were even (docs/performance.md, "Large bodies: 1 MiB sends").
+SYNCFS_BODY_LIMIT = 1 << 20
 #: How long ``auto`` keeps to file fsyncs after a reading over the limit, in seconds: the rounds already under way
 #: write the other writer's data back at once, and a writer that writes in bursts would otherwise meet a round again
 #: with each burst.
