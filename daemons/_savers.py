@@ -36,8 +36,9 @@ flight in the process, on a local filesystem) skips both crossings:
 :meth:`Savers.send_here` runs the same steps on the event loop's thread.
 
 With ``--file-sync syncfs`` (:meth:`Savers.use_file_sync`; local filesystems only; with ``auto``
-only while more sends overlap than there are savers: at a low rate the file fsyncs cost less; and only
-while little of the machine's dirty data is not mq's, :data:`FOREIGN_DIRTY_LIMIT`) a saver's
+only while more sends overlap than there are savers: at a low rate the file fsyncs cost less; only for
+bodies under :data:`SYNCFS_BODY_LIMIT` on average; and only while little of the machine's dirty data is
+not mq's, :data:`FOREIGN_DIRTY_LIMIT`) a saver's
 files are written and closed without their fsyncs; the thread that writes a job's last part
 leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
 one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes
@@ -81,6 +82,12 @@ FILE_SYNC_MODES = ("auto", "fsync", "syncfs")
 #: waits for every dirty page of the filesystem, another writer's too (32 MiB took ~50 ms to write back on the test
 #: machine's disk; docs/performance.md, "Sends: syncfs only without foreign dirty data").
 FOREIGN_DIRTY_LIMIT = 32 << 20
+#: With ``--file-sync auto``, a job whose bodies average this many bytes or more fsyncs its files instead of leaving
+#: them to a ``syncfs`` round: a round then carries up to tens of MiB, written back and waited for as one, which the
+#: savers' own fsyncs overlap better while the machine has CPU to spare (1 MiB sends at 16 clients: 360-380 against
+#: 460-490 sends/s on the test machine's disk). Smaller bodies keep their rounds: at 256 KiB they won clearly, at
+#: 512 KiB they were even (docs/performance.md, "Large bodies: 1 MiB sends").
+SYNCFS_BODY_LIMIT = 1 << 20
 #: How long ``auto`` keeps to file fsyncs after a reading over the limit, in seconds: the rounds already under way
 #: write the other writer's data back at once, and a writer that writes in bursts would otherwise meet a round again
 #: with each burst.
@@ -99,6 +106,11 @@ def syncfs_allowed(mode: str, mount: MountInfo | None) -> bool:
             on FUSE, NFS, CIFS or Ceph a ``syncfs`` may not reach the server's disk).
     """
     return mode != "fsync" and mount is not None and mount.local and syncfs_available()
+
+
+def _small_bodies(job: SaveJob) -> bool:
+    """Whether ``job``'s bodies average under :data:`SYNCFS_BODY_LIMIT` bytes (``auto`` may use ``syncfs`` for it)."""
+    return sum(len(entry.body) for entry in job.entries) < SYNCFS_BODY_LIMIT * len(job.entries)
 
 
 def _page_bytes(job: SaveJob) -> int:
@@ -520,11 +532,15 @@ class Savers(Executor):
         # syncfs: never for the lone send on the loop (one writer: two group commits in a row cost more
         # than its fsync); with ``auto`` only while more sends overlap than there are savers, so that one
         # syncfs covers many files (docs/performance.md, "Sends: a group commit by syncfs").
-        # And only while little of the machine's dirty data is not mq's own (FOREIGN_DIRTY_LIMIT).
+        # And only for bodies under SYNCFS_BODY_LIMIT (larger ones: their own fsyncs overlap), and only while
+        # little of the machine's dirty data is not mq's own (FOREIGN_DIRTY_LIMIT).
         if (
             self.syncfs
             and job.here == 0
-            and (self.syncfs_always or (self._sent - self._done > self.workers and self._little_foreign_dirt(job)))
+            and (
+                self.syncfs_always
+                or (self._sent - self._done > self.workers and _small_bodies(job) and self._little_foreign_dirt(job))
+            )
         ):
             job.syncfs = True
             job.syncfs_epoch = self.store.disk.syncfs_epoch()  # before any file of the job is written
