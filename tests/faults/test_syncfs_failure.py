@@ -97,7 +97,11 @@ class NestedDisk:
 
     def fill(self) -> None:
         """Take every free block of the outer filesystem (the inner's new data blocks can no longer be written)."""
-        os.sync()  # what the inner filesystem wrote so far is on the outer one, in blocks it already has
+        # What the inner filesystem wrote so far is on the outer one, in blocks it already has. syncfs of the
+        # two mounts only, never sync(2): that waits on every filesystem of the machine, and blocks while any
+        # is frozen (the other test of this module freezes its outer filesystem).
+        sync_mount(self.inner.mount_point)
+        sync_mount(self.outer.mount_point)
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             stat = os.statvfs(self.outer.mount_point)
@@ -115,7 +119,7 @@ class NestedDisk:
     def free(self) -> None:
         """Remove the filler: writes to the inner image succeed again."""
         self.filler.unlink()
-        os.sync()
+        sync_mount(self.outer.mount_point)
 
     def freeze(self, frozen: bool) -> None:
         """Freeze (True) or thaw (False) the outer filesystem: while frozen the inner one's writeback waits.
@@ -152,6 +156,17 @@ def nested(tmp_path: Path) -> Iterator[NestedDisk]:
         yield disk
     finally:
         disk.close()
+
+
+def sync_mount(path: Path) -> None:
+    """``syncfs(2)`` of the filesystem mounted at ``path``; raises OSError with the errno it reported."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        error = syncfs(fd)
+    finally:
+        os.close(fd)
+    if error:
+        raise OSError(error, os.strerror(error), str(path))
 
 
 def syncfs(fd: int) -> int:
