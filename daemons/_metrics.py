@@ -372,6 +372,8 @@ class BrokerCollector(Collector):
         self._refreshing = asyncio.Lock()
         #: The sample lines already written, by exposition content type.
         self._lines: dict[str, Lines] = {}
+        #: The labels of each counter of :attr:`counts`, sorted (while their number is unchanged).
+        self._sorted: dict[str, list[str]] = {}
 
     def describe(self) -> list[Metric]:
         return []
@@ -452,7 +454,10 @@ class BrokerCollector(Collector):
         out.append(lines.encode([self._refusals()]))
         for kind, (name, doc) in BROKER_COUNTERS.items():
             by_label = self.counts.counts[kind]
-            out.append(lines.family(name, doc, by_label, sorted(by_label), counter=True))
+            labels = self._sorted.get(kind)
+            if labels is None or len(labels) != len(by_label):  # labels are only ever added
+                labels = self._sorted[kind] = sorted(by_label)
+            out.append(lines.family(name, doc, by_label, labels, counter=True))
         out.append(lines.encode([self.times.family()]))
         return out
 

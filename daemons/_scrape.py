@@ -184,6 +184,7 @@ class QueueGauges:
         self.delay: dict[Any, tuple[int, int]] = {}
         self._named: list[str] = []  # the named labels, sorted (label == queue)
         self._others: set[str] = set()
+        self._labels: list[str] = []  # every label, sorted
         self._other_sum: tuple[int, int | None] | None = None  # (ready, oldest) over the others; None: stale
         self._layout_stale = True
 
@@ -220,15 +221,14 @@ class QueueGauges:
         if self._layout_stale:
             self._named = sorted(queue for queue, row in self.rows.items() if row[0] != OTHER)
             self._others = {queue for queue, row in self.rows.items() if row[0] == OTHER}
+            self._labels = sorted([*self._named, OTHER]) if self._others else self._named
             self._other_sum = None
             self._layout_stale = False
 
     def labels(self) -> list[str]:
         """Every label with a sample in the :data:`GAUGES` families, sorted."""
         self._layout()
-        if not self._others:
-            return self._named
-        return sorted([*self._named, OTHER])
+        return self._labels
 
     def values(self, now_ms: int) -> list[dict[str, float]]:
         """The :data:`GAUGES` then :data:`REDRIVE_GAUGES` families' values by label, at ``now_ms`` (epoch ms)."""
@@ -300,8 +300,9 @@ class Lines:
         self.encoder = encoder
         self.openmetrics = openmetrics
         self._headers: dict[str, str] = {}
-        self._prefixes: dict[tuple[str, str], str] = {}
+        self._prefixes: dict[str, dict[str, str]] = {}  # family -> label -> the line up to its value
         self._last: dict[str, tuple[float, str]] = {}  # prefix -> (value, line)
+        self._texts: dict[str, tuple[list[str], dict[str, Any], str]] = {}  # family -> (labels, values, text)
 
     def encode(self, families: Iterable[Metric]) -> str:
         """``families`` as the encoder writes them, without the final ``# EOF`` of OpenMetrics."""
@@ -313,10 +314,10 @@ class Lines:
             return CounterMetricFamily(name, doc, labels=["queue"])
         return GaugeMetricFamily(name, doc, labels=["queue"])
 
-    def family(
-        self, name: str, doc: str, values: dict[str, Any], labels: Iterable[str], *, counter: bool = False
-    ) -> str:
+    def family(self, name: str, doc: str, values: dict[str, Any], labels: list[str], *, counter: bool = False) -> str:
         """The family ``name`` with one sample per label of ``labels`` (in that order), valued from ``values``.
+
+        The text of the last call is reused while ``labels`` and ``values`` are equal to that call's.
 
         Args:
             name: The family's name (a counter's without ``_total``).
@@ -325,15 +326,26 @@ class Lines:
             labels: The labels to write, in order; each must be in ``values``.
             counter: A counter family (else a gauge).
         """
+        kept = self._texts.get(name)
+        if kept is not None and kept[0] == labels and kept[1] == values:
+            return kept[2]
         header = self._headers.get(name)
         if header is None:
             header = self._headers[name] = self.encode([self._family(name, doc, counter)])
+        prefixes = self._prefixes.setdefault(name, {})
+        missing = [label for label in labels if label not in prefixes]
+        if missing:
+            family = self._family(name, doc, counter)
+            for label in missing:
+                family.add_metric([label], 0.0)
+            lines = self.encode([family])[len(header) :].splitlines(keepends=True)
+            for label, line in zip(missing, lines, strict=True):
+                assert line.endswith(" 0.0\n"), line
+                prefixes[label] = line[: -len("0.0\n")]
         out = [header]
-        prefixes, last = self._prefixes, self._last
+        last = self._last
         for label in labels:
-            prefix = prefixes.get((name, label))
-            if prefix is None:
-                prefix = prefixes[name, label] = self._prefix(name, doc, label, counter)
+            prefix = prefixes[label]
             value = values[label]
             seen = last.get(prefix)
             if seen is not None and seen[0] == value:
@@ -342,15 +354,9 @@ class Lines:
                 line = f"{prefix}{floatToGoString(value)}\n"  # type: ignore[no-untyped-call]
                 last[prefix] = (value, line)
                 out.append(line)
-        return "".join(out)
-
-    def _prefix(self, name: str, doc: str, label: str, counter: bool) -> str:
-        family = self._family(name, doc, counter)
-        family.add_metric([label], 0.0)
-        text = self.encode([family])
-        line = text[len(self._headers[name]) :]
-        assert line.endswith(" 0.0\n"), line
-        return line[: -len("0.0\n")]
+        text = "".join(out)
+        self._texts[name] = (list(labels), dict(values), text)
+        return text
 
 
 def gauge_families(values: list[dict[str, float]], labels: list[str]) -> Iterator[Metric]:
