@@ -206,8 +206,8 @@ class QueueGauges:
             self.rows[queue] = row
             if old is None or old[0] != row[0]:
                 self._layout_stale = True
-            elif row[0] == OTHER and old != row:
-                self._other_sum = None
+            elif row[0] == OTHER and old != row and self._other_sum is not None:
+                self._other_sum = _replaced(self._other_sum, old, row)
         if redrive is None:
             self.redrive.pop(queue, None)
         else:
@@ -267,6 +267,19 @@ class QueueGauges:
             is_running = state == "running" and now_ms - updated <= REDRIVE_FRESH_MS
             running[label] = 1 if is_running or running.get(label) else 0
         return [ready, in_flight, delayed, age, moved, running]
+
+
+def _replaced(
+    total: tuple[int, int | None], old: tuple[str, int, int | None], new: tuple[str, int, int | None]
+) -> tuple[int, int | None] | None:
+    """The ``_other`` (ready sum, oldest send ms) after one of its queues' row went from ``old`` to ``new``;
+    None when only a new pass over every ``_other`` queue can tell (its oldest message left)."""
+    ready, oldest = total[0] - old[1] + new[1], total[1]
+    if new[2] is not None and (oldest is None or new[2] < oldest):
+        oldest = new[2]
+    elif old[2] is not None and old[2] == oldest and new[2] != old[2]:
+        return None
+    return ready, oldest
 
 
 class _Families:

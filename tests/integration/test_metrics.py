@@ -386,6 +386,20 @@ async def test_the_exposition_is_the_encoders_own(tmp_path: Path, http, accept) 
             assert 'mq_queue_messages_ready{queue="_other"} 5.0' in served
             assert 'mq_redrive_moved_messages{queue="_other"} 5.0' in served
 
+        # _other's sum and oldest age follow its queues' changes (kept as running values between scrapes).
+        assert (await http.post(f"{url}/a3/messages", data="more")).status == 201
+        samples = await scrape(http, f"{url}/metrics")
+        assert value(samples, "mq_queue_messages_ready", queue="_other") == 6
+        assert value(samples, "mq_queue_oldest_message_age_seconds", queue="_other") > 0
+        for name, left in (("a3", 3), ("a4", 3)):
+            for _ in range(left):
+                assert (await http.get(f"{url}/{name}/messages")).status == 200
+        samples = await scrape(http, f"{url}/metrics")
+        assert value(samples, "mq_queue_messages_ready", queue="_other") == 0
+        assert value(samples, "mq_queue_messages_in_flight", queue="_other") == 7
+        assert ("mq_queue_oldest_message_age_seconds", frozenset({("queue", "_other")})) in samples
+        assert value(samples, "mq_queue_oldest_message_age_seconds", queue="_other") == 0
+
 
 #: Families whose values move between a scrape and the encoding that follows it (time, the scrape's own request).
 MOVING = ("process_", "mq_http_request_duration_seconds", "mq_queue_oldest_message_age_seconds", "mq_storage_free")
