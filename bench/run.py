@@ -782,6 +782,7 @@ class Bench:
                 cpu_ms[mode].append(cpu.get("mq_cpu_ms_per_op", 0.0))
                 log(f"  {rates[mode][-1]} sends/s, mq CPU {cpu_ms[mode][-1]} ms per send")
         without, with_ = statistics.median(rates["without"]), statistics.median(rates["with"])
+        idle = self._idle_scrapes()
         return {
             "clients": clients,
             "sends_per_s_without": rates["without"],
@@ -791,6 +792,32 @@ class Bench:
             "mq_cpu_ms_per_send_with_scrape": cpu_ms["with"],
             "scrapes": len(scrapes),
             "scrape_ms_median": round(statistics.median(scrapes) * 1000, 1) if scrapes else None,
+            **idle,
+        }
+
+    def _idle_scrapes(self, n: int = 20) -> dict[str, Any]:
+        """``n`` scrapes in a row without other load: mq's CPU milliseconds per scrape and the median latency.
+
+        The load-independent figure of the step: at one scrape a second, mq spends this many ms of CPU a second
+        on scrapes (a share of the sends it could have served instead).
+        """
+        api = Api(f"http://{self.api.host}:{self.api.port}")
+        seconds: list[float] = []
+        try:
+            api.request("GET", "/metrics")  # not counted: the first scrape after the sends reads what they changed
+            meter = self._meter()
+            for _ in range(n):
+                started = time.perf_counter()
+                status, _, _ = api.request("GET", "/metrics")
+                if status != 200:
+                    raise RuntimeError(f"GET /metrics answered {status}")
+                seconds.append(time.perf_counter() - started)
+            cpu = self._cpu(meter, n)
+        finally:
+            api.close()
+        return {
+            "idle_scrape_mq_cpu_ms": cpu.get("mq_cpu_ms_per_op"),
+            "idle_scrape_ms_median": round(statistics.median(seconds) * 1000, 1),
         }
 
     def _scrape_every_second(self, stop: threading.Event, seconds: list[float]) -> None:

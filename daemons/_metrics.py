@@ -38,9 +38,9 @@ from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mqcore.fsinfo import dir_stamp
-from mqcore.names import QueueName, parse_ready_name, sent_ms_of
-from mqcore.protocol import STORAGE_HOOKS, Store, now_ms
+from daemons._scrape import OTHER, Lines, QueueGauges, ScrapeCache, gauge_families, gauge_text
+from mqcore.names import QueueName
+from mqcore.protocol import STORAGE_HOOKS, now_ms
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -58,15 +58,14 @@ class _Status(Protocol):
 
 
 _Answer = TypeVar("_Answer", bound=_Status)
-_T = TypeVar("_T")
 
 # No ``_created`` series: they double the output and no dashboard here reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
+#: The content type of OpenMetrics (the encoder then ends with ``# EOF``).
+OPENMETRICS = "application/openmetrics-text"
 #: Default of ``--metrics-max-queues``: queues named in labels before the rest go under ``_other``.
 DEFAULT_MAX_QUEUES = 1000
-#: The label value that sums every queue past the limit.
-OTHER = "_other"
 #: Upper bounds of the HTTP request latency buckets, in seconds (a long poll lasts up to 20 s).
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0)
 #: Upper bounds of the fsync latency buckets, in seconds.
@@ -304,6 +303,8 @@ class StorageMetrics:
             ["step", "errno"],
             registry=registry,
         )
+        #: Its collectors, in the order they are registered.
+        self.collectors = (self.fsync, self.batch, self.errors, self.races)
 
     def on_fsync(self, kind: str, seconds: float, batch: int) -> None:
         """STORAGE_HOOKS.on_fsync (any thread): a message file's fsync is one ``deque.append``."""
@@ -351,127 +352,6 @@ class DiskCollector(Collector):
         yield GaugeMetricFamily("mq_storage_size_bytes", "Size of the root's filesystem.", st.f_blocks * st.f_frsize)
 
 
-#: A directory stamp whose mtime is less than this many ns older than the ``stat`` that took it is not trusted:
-#: a change in the same timestamp tick (or on a host whose clock is a little behind) may leave the mtime as it was.
-RACY_NS = 2_000_000_000
-
-#: A queue's cached reads: (directory stamp, trusted, redrive status, (ready count, oldest send ms) if scanned).
-_Cached = tuple[tuple[int, int, int] | None, bool, tuple[int, int, str, int] | None, tuple[int, int | None] | None]
-
-
-def _scan_one(store: Store, queue: str) -> tuple[int, int | None] | None:
-    """Worker thread: (ready count, oldest send time in epoch ms) of ``queue`` by one listing, None if unreadable."""
-    try:
-        names = store.scan_ready(queue)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a queue deleted meanwhile, a storage error: left out of this scrape
-        return None
-    oldest: int | None = None
-    for name in names:
-        parsed = parse_ready_name(name)
-        if parsed is not None:
-            sent = sent_ms_of(parsed[0])
-            oldest = sent if oldest is None or sent < oldest else oldest
-    return len(names), oldest
-
-
-def _stamp(path: str) -> tuple[tuple[int, int, int] | None, bool]:
-    """(:func:`mqcore.fsinfo.dir_stamp` of ``path`` or None if unreadable, whether it can be trusted next time)."""
-    taken = time.time_ns()
-    try:
-        stamp = dir_stamp(path)
-    except OSError:
-        return None, False
-    return stamp, stamp[1] < taken - RACY_NS
-
-
-class ScrapeCache:
-    """What a scrape read from each queue directory and ``delay/``, reused while the directory's stamp is unchanged.
-
-    A queue directory's mtime changes with every ready file renamed in or out and with a new
-    ``.redrive`` (replaced by rename), through any process or host, so an unchanged
-    :func:`~mqcore.fsinfo.dir_stamp` means its ready names and redrive status are as last read;
-    a stamp taken within :data:`RACY_NS` of its mtime is never reused. Worker thread only.
-
-    Args:
-        store: The store whose directories are read.
-    """
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._queues: dict[str, _Cached] = {}
-        #: What :meth:`_dir` read of a whole directory (``queues/``, ``delay/``): path -> (stamp, trusted, value).
-        self._dirs: dict[str, tuple[tuple[int, int, int] | None, bool, Any]] = {}
-
-    def _dir(self, path: str, read: Callable[[], _T]) -> _T:
-        """``read()``, or what it returned last time if ``path``'s stamp is trusted and unchanged."""
-        stamp, trusted = _stamp(path)
-        old = self._dirs.get(path)
-        if old is not None and old[1] and stamp is not None and old[0] == stamp:
-            value: _T = old[2]
-            return value
-        value = read()
-        self._dirs[path] = (stamp, trusted, value)
-        return value
-
-    def list_queues(self) -> list[QueueName]:
-        """``Store.list_queues()``, reused while ``queues/`` is unchanged (a create or delete of a queue changes it)."""
-        return list(self._dir(self.store.layout.queues, self.store.list_queues))
-
-    def read(
-        self, queues: Sequence[str], unindexed: set[str]
-    ) -> tuple[dict[str, tuple[int, int | None]], dict[Any, tuple[int, int]], dict[str, tuple[int, int, bool]]]:
-        """(ready counts and oldest send ms of the ``unindexed`` queues, ``count_delay()``, redrive by queue).
-
-        Redrive values are (moved, skipped, running); a queue without a ``.redrive`` is left out.
-        """
-        store, old, new = self.store, self._queues, {}
-        scanned: dict[str, tuple[int, int | None]] = {}
-        redrive: dict[str, tuple[int, int, bool]] = {}
-        now = now_ms()
-        for queue in queues:
-            stamp, trusted = _stamp(store.layout.queue_dir(queue))  # type: ignore[arg-type]
-            entry = old.get(queue)
-            if entry is not None and entry[1] and stamp is not None and entry[0] == stamp:
-                status, counts = entry[2], entry[3]
-            else:
-                raw = store.read_redrive_status(queue)  # type: ignore[arg-type]
-                status = None
-                if raw:
-                    moved, skipped, updated = (int(raw.get(k, 0)) for k in ("moved", "skipped", "updated_ms"))
-                    status = (moved, skipped, str(raw.get("state")), updated)
-                counts = None
-            if queue in unindexed:
-                counts = counts or _scan_one(store, queue)
-                if counts is not None:
-                    scanned[queue] = counts
-            new[queue] = (stamp, trusted, status, counts)
-            if status is not None:
-                redrive[queue] = (status[0], status[1], status[2] == "running" and now - status[3] <= 10_000)
-        self._queues = new
-        return scanned, self._dir(store.layout.delay, store.count_delay), redrive
-
-
-class QueueSnapshot:
-    """Per-queue gauges of one scrape (label -> values), summed or maxed into ``_other``."""
-
-    def __init__(self) -> None:
-        self.ready: dict[str, int] = {}
-        self.in_flight: dict[str, int] = {}
-        self.delayed: dict[str, int] = {}
-        self.oldest_age: dict[str, float] = {}
-        self.redrive: dict[str, tuple[int, int, bool]] = {}
-
-    def add(self, label: str, ready: int, in_flight: int, delayed: int, age: float | None) -> None:
-        """Add one queue's counts under ``label``."""
-        self.ready[label] = self.ready.get(label, 0) + ready
-        self.in_flight[label] = self.in_flight.get(label, 0) + in_flight
-        self.delayed[label] = self.delayed.get(label, 0) + delayed
-        if age is not None:
-            self.oldest_age[label] = max(age, self.oldest_age.get(label, 0.0))
-        else:
-            self.oldest_age.setdefault(label, 0.0)
-
-
 class BrokerCollector(Collector):
     """The mq daemon's per-queue gauges (from the last :meth:`refresh`), counters and request histogram.
 
@@ -485,91 +365,61 @@ class BrokerCollector(Collector):
         self.broker = broker
         self.counts = counts
         self.times = times
-        self.snapshot = QueueSnapshot()
+        self.gauges = QueueGauges()
         self.cache = ScrapeCache(broker.store)
+        self._queues: list[QueueName] | None = None
+        self._queue_set: set[str] = set()
+        self._refreshing = asyncio.Lock()
+        #: The sample lines already written, by exposition content type.
+        self._lines: dict[str, Lines] = {}
+        #: The labels of each counter of :attr:`counts`, sorted (while their number is unchanged).
+        self._sorted: dict[str, list[str]] = {}
 
     def describe(self) -> list[Metric]:
         return []
 
     async def refresh(self) -> None:
-        """Compute the per-queue gauges: ready and oldest age from this daemon's indexes (a listing for
-        the queues it has not indexed), in flight and delayed from one listing of ``delay/``.
+        """Bring the per-queue gauges up to date: ready and oldest age from this daemon's indexes (a listing
+        for the queues it has not indexed), in flight and delayed from one listing of ``delay/``.
 
-        The file work runs on a worker thread, and what a directory's unchanged stamp says is as
-        last read (a queue's listing and ``.redrive``, ``delay/``'s listing) is reused (:class:`ScrapeCache`):
-        with 10,000 queues a scrape is one ``stat`` per queue instead of an open and maybe a listing."""
-        broker = self.broker
-        # Not on the saver threads: a scrape must neither wait behind nor hold up the sends' fsyncs.
-        queues = await asyncio.to_thread(self.cache.list_queues)
-        if broker.queues.watcher is not None:  # what other processes did before the scrape, not a window later
-            broker.queues.on_watch_events()
-        indexed: dict[str, tuple[int, int | None]] = {}
-        unindexed: set[str] = set()
-        fetcher_for = broker.queues.fetcher_for
-        for queue in queues:
-            state = fetcher_for(queue).queues.get(queue)
-            if state is None:
-                unindexed.add(queue)
-            else:
+        Only the queues that may have changed since the last refresh are looked at (see
+        ``daemons._scrape``): on a local filesystem with inotify, the queues this daemon
+        indexes and watches whose directory had no event since; otherwise every queue, at a
+        ``stat`` each while its directory is unchanged (:class:`ScrapeCache`). The file work
+        runs on a worker thread (not on the saver threads: a scrape must neither wait behind
+        nor hold up the sends' fsyncs)."""
+        async with self._refreshing:
+            states = self.broker.queues
+            queues = await asyncio.to_thread(self.cache.list_queues)
+            if states.watcher is not None:  # what other processes did before the scrape, not a window later
+                states.on_watch_events()
+            if queues is not self._queues:
+                self._queues, self._queue_set = queues, set(queues)
+                self.gauges.keep_only(self._queue_set)
+                self.cache.keep_only(self._queue_set)
+            current = states.metrics_current if states.watcher is not None and not states.change_check_seconds else None
+            need = self._queue_set if current is None else self._queue_set - current
+            ordered: Sequence[QueueName] = queues if len(need) == len(queues) else sorted(need)  # type: ignore[arg-type]
+            indexed: dict[str, tuple[int, int | None]] = {}
+            unindexed: set[str] = set()
+            fetcher_for = states.fetcher_for
+            for queue in ordered:
+                state = fetcher_for(queue).queues.get(queue)
+                if state is None:
+                    unindexed.add(queue)
+                    continue
                 indexed[queue] = (len(state.index), state.index.oldest_sent_ms())
-        scanned, delay_counts, redrive = await asyncio.to_thread(self.cache.read, queues, unindexed)
-        now = now_ms()
-        snapshot = QueueSnapshot()
-        for queue in queues:
-            counts = indexed.get(queue) or scanned.get(queue)
-            if counts is None:
-                continue
-            in_flight, delayed = delay_counts.get(queue, (0, 0))
-            age = None if counts[1] is None else max(0, now - counts[1]) / 1000
-            label = self.counts.labels(queue)
-            snapshot.add(label, counts[0], in_flight, delayed, age)
-            if queue in redrive:
-                moved, skipped, running = redrive[queue]
-                old = snapshot.redrive.get(label, (0, 0, False))
-                snapshot.redrive[label] = (old[0] + moved, old[1] + skipped, old[2] or running)
-        self.snapshot = snapshot
+                if current is not None and states.watcher is not None and states.watcher.watching(queue):
+                    current.add(queue)  # before the redrive read: an event from now on takes it out again
+            scanned, delay, redrive = await asyncio.to_thread(self.cache.read, ordered, unindexed)
+            label_of, gauges = self.counts.labels, self.gauges
+            for queue in ordered:
+                counts = indexed.get(queue) or scanned.get(queue)
+                row = None if counts is None else (label_of(queue), counts[0], counts[1])
+                gauges.update(queue, row, redrive.get(queue))
+            gauges.set_delay(delay)
 
-    def collect(self) -> Iterator[Metric]:
-        snap = self.snapshot
-        for name, doc, values in (
-            (
-                "mq_queue_messages_ready",
-                "Messages ready to receive (SQS ApproximateNumberOfMessagesVisible).",
-                snap.ready,
-            ),
-            (
-                "mq_queue_messages_in_flight",
-                "Messages received and not yet deleted (SQS ApproximateNumberOfMessagesNotVisible).",
-                snap.in_flight,
-            ),
-            (
-                "mq_queue_messages_delayed",
-                "Messages sent with a delay that has not ended (SQS ApproximateNumberOfMessagesDelayed).",
-                snap.delayed,
-            ),
-            (
-                "mq_queue_oldest_message_age_seconds",
-                "Age of the oldest ready message, 0 when none (SQS ApproximateAgeOfOldestMessage).",
-                snap.oldest_age,
-            ),
-        ):
-            gauge = GaugeMetricFamily(name, doc, labels=["queue"])
-            for label, value in sorted(values.items()):
-                gauge.add_metric([label], value)
-            yield gauge
-        moved = GaugeMetricFamily(
-            "mq_redrive_moved_messages",
-            "Messages moved by the dead-letter queue's last redrive task.",
-            labels=["queue"],
-        )
-        running = GaugeMetricFamily(
-            "mq_redrive_running", "1 while a redrive task of the dead-letter queue runs.", labels=["queue"]
-        )
-        for label, (n, _skipped, is_running) in sorted(snap.redrive.items()):
-            moved.add_metric([label], n)
-            running.add_metric([label], 1 if is_running else 0)
-        yield moved
-        yield running
+    def _refusals(self) -> CounterMetricFamily:
         refused = CounterMetricFamily(
             "mq_refusals",
             "Requests and connections refused to protect mq, by reason (docs/security.md).",
@@ -577,13 +427,50 @@ class BrokerCollector(Collector):
         )
         for reason in ("connections", "body_timeout", "waiters", "unauthorized", "forbidden"):
             refused.add_metric([reason], self.broker.refusals[reason])
-        yield refused
+        return refused
+
+    def collect(self) -> Iterator[Metric]:
+        yield from gauge_families(self.gauges.values(now_ms()), self.gauges.labels())
+        yield self._refusals()
         for kind, (name, doc) in BROKER_COUNTERS.items():
             counter = CounterMetricFamily(name, doc, labels=["queue"])
             for label, value in sorted(self.counts.counts[kind].items()):
                 counter.add_metric([label], value)
             yield counter
         yield self.times.family()
+
+    def lines(self, encoder: Callable[[Any], bytes], content_type: str) -> Lines:
+        """The :class:`Lines` of the exposition format ``content_type`` (written by ``encoder``)."""
+        lines = self._lines.get(content_type)
+        if lines is None:
+            if len(self._lines) >= 8:  # content types come from the scraper's Accept: keep a few
+                self._lines.clear()
+            lines = self._lines[content_type] = Lines(encoder, openmetrics=content_type.startswith(OPENMETRICS))
+        return lines
+
+    def text(self, lines: Lines) -> list[str]:
+        """What :meth:`collect` yields, as text in ``lines``' format (no ``# EOF``)."""
+        out = gauge_text(lines, self.gauges.values(now_ms()), self.gauges.labels())
+        out.append(lines.encode([self._refusals()]))
+        for kind, (name, doc) in BROKER_COUNTERS.items():
+            by_label = self.counts.counts[kind]
+            labels = self._sorted.get(kind)
+            if labels is None or len(labels) != len(by_label):  # labels are only ever added
+                labels = self._sorted[kind] = sorted(by_label)
+            out.append(lines.family(name, doc, by_label, labels, counter=True))
+        out.append(lines.encode([self.times.family()]))
+        return out
+
+
+class _Chain:
+    """Several collectors as one ``collect()``, in order."""
+
+    def __init__(self, *collectors: Any) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self.collectors:
+            yield from collector.collect()
 
 
 class BrokerMetrics:
@@ -601,19 +488,34 @@ class BrokerMetrics:
         self.storage = StorageMetrics(self.registry)
         self.storage.install()
         self.registry.register(self.collector)
-        self.registry.register(DiskCollector(broker.settings.root))
-        ProcessCollector(registry=self.registry)
+        disk = DiskCollector(broker.settings.root)
+        self.registry.register(disk)
+        process = ProcessCollector(registry=self.registry)
+        #: The registry's collectors before and after :attr:`collector`, in its order.
+        self._around = (_Chain(*self.storage.collectors), _Chain(disk, process))
         #: With ``--processes N``: adds the other workers' metrics to this registry's (daemons._procmetrics).
         self.combine: Callable[[CollectorRegistry], Awaitable[Any]] | None = None
 
     async def handle(self, request: web.Request) -> web.Response:
-        """``GET /metrics``: the Prometheus text format (or OpenMetrics if the scraper asks for it)."""
+        """``GET /metrics``: the Prometheus text format (or OpenMetrics if the scraper asks for it).
+
+        The text is what the format's encoder makes of :attr:`registry`; the per-queue families'
+        lines are written from cached prefixes (:class:`daemons._scrape.Lines`), not by the encoder.
+        """
         from aiohttp import web  # mq has imported it long before; mq-mover and mq-reaper never do
 
         await self.collector.refresh()
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        source = self.registry if self.combine is None else await self.combine(self.registry)
-        return web.Response(body=encoder(source), headers={"Content-Type": content_type})
+        if self.combine is not None:
+            body = encoder(await self.combine(self.registry))
+        else:
+            lines = self.collector.lines(encoder, content_type)
+            before, after = self._around
+            parts = [lines.encode(before.collect()), *self.collector.text(lines), lines.encode(after.collect())]
+            if lines.openmetrics:
+                parts.append("# EOF\n")
+            body = "".join(parts).encode()
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 # -- mq-mover and mq-reaper ----------------------------------------------------------

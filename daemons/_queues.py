@@ -153,6 +153,10 @@ class QueueStates:
         self._window: asyncio.TimerHandle | None = None
         #: The ready names this daemon's sends publish into watched queues (daemons/_own.py).
         self.own = OwnNames()
+        #: Queues whose ``GET /metrics`` row (daemons/_scrape.py) is current: added by a scrape that read an indexed,
+        #: watched queue; any inotify event of its directory, a rescan that changed its index, an overflow or
+        #: forgetting the queue takes it out (it is read again at the next scrape).
+        self.metrics_current: set[str] = set()
 
     def start(self) -> None:
         """Attach inotify to the loop and start the periodic rescan.
@@ -358,6 +362,7 @@ class QueueStates:
 
     def forget_queue(self, queue: QueueName) -> None:
         self.fetcher_for(queue).queues.pop(queue, None)
+        self.metrics_current.discard(queue)
         self._stamps.pop(queue, None)
         if self.watcher is not None:
             self.watcher.unwatch(queue)
@@ -377,9 +382,11 @@ class QueueStates:
     def _apply_event(self, tag: str, name: str, kind: int) -> None:
         """One event of :meth:`mqcore.watch.DirWatcher.read_tagged` (``tag`` is the queue)."""
         if kind == OVERFLOW:
+            self.metrics_current.clear()
             logger.warning("inotify queue overflowed, rescanning every indexed queue")
             asyncio.get_running_loop().create_task(self.rescan_all())
             return
+        self.metrics_current.discard(tag)
         queue = QueueName(tag)
         early = self._early_events.get(queue)
         if early is not None:
@@ -562,6 +569,8 @@ class QueueStates:
         gone = state.index.drop_unlisted(mark, names) if state is listed else []
         before = len(state.index)
         state.index.update(names)
+        if gone or len(state.index) > before:
+            self.metrics_current.discard(queue)
         if gone:
             logger.info("rescan dropped queue=%s gone=%d", queue, len(gone))
             self.fire(self.room, queue)

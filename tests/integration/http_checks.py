@@ -29,10 +29,11 @@ def assert_error(reply: Any, status: int, code: str | set[str], context: str = "
 
 
 @contextlib.asynccontextmanager
-async def mq_in_process(root: Any) -> AsyncIterator[tuple[Broker, FastPathRunner, str]]:
+async def mq_in_process(root: Any, **settings: Any) -> AsyncIterator[tuple[Broker, FastPathRunner, str]]:
     """mq's broker served in this process as ``serve()`` serves it (real socket, real files), so that a
-    test can look at what the daemon keeps in memory; yields (broker, runner, base URL)."""
-    broker = Broker(Settings(root=str(root), port=0))
+    test can look at what the daemon keeps in memory; yields (broker, runner, base URL). ``settings``:
+    more :class:`Settings` fields (e.g. ``metrics_max_queues=2``)."""
+    broker = Broker(Settings(root=str(root), port=0, **settings))
     await broker.start()
     runner = make_runner(broker)
     await runner.setup()

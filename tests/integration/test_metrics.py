@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from http_checks import mq_in_process
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqcore.protocol import Store
@@ -259,3 +262,149 @@ async def test_healthz_and_readyz_answer(stack_factory) -> None:
     assert reply.json["status"] == "ready"
     assert {name for name, check in reply.json["checks"].items() if check["ok"]} == {"writable", "probe", "free_space"}
     assert not [p for p in os.listdir(stack.root) if p.startswith(".mq-readyz")], "the probe file was left behind"
+
+
+async def index(stack: Any, queue: str, sends: int) -> None:
+    """Create ``queue`` through mq, send ``sends`` messages and receive one (mq indexes and watches the queue)."""
+    await stack.create_queue(queue)
+    for i in range(sends):
+        await stack.send(queue, f"m{i}".encode())
+    assert (await stack.receive(queue)).status == 200
+
+
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "no-inotify"])
+async def test_scrape_shows_what_a_brokerless_client_did_to_a_queue_mq_indexed(
+    stack_factory, http, wait, inotify
+) -> None:
+    # With inotify mq reads again only the indexed queues whose directory had an event since the last scrape
+    # (daemons._scrape), and its index has every change at once. Without inotify (MQ_NO_INOTIFY; another host's
+    # changes on a shared filesystem) delay/ and .redrive are read at every scrape, and the index (ready count,
+    # oldest age) catches up at the next rescan (--rescan-interval; every 50 ms on a shared filesystem).
+    env = None if inotify else {"MQ_NO_INOTIFY": "1"}
+    stack = stack_factory(mover=False, reaper=False, env=env, mq_args=["--rescan-interval", "1"])
+    await index(stack, "seen", 3)
+    await index(stack, "quiet", 2)
+    for _ in range(2):  # the second scrape answers from what the first read
+        samples = await scrape(http, stack.url + "/metrics")
+        assert value(samples, "mq_queue_messages_ready", queue="seen") == 2
+        assert value(samples, "mq_queue_messages_in_flight", queue="seen") == 1
+        assert value(samples, "mq_queue_messages_ready", queue="quiet") == 1
+
+    store = Store(stack.root)
+    store.send("seen", b"m3")
+    store.send("seen", b"m4")
+    first = sorted(n for n in os.listdir(Path(stack.root) / "queues" / "seen") if not n.startswith("."))[0]
+    assert store.lease("seen", first, 300_000) is not None
+    store.write_redrive_status("seen", {"state": "running", "moved": 7, "skipped": 1, "updated_ms": store.clock()})
+    samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_queue_messages_in_flight", queue="seen") == 2
+    assert value(samples, "mq_redrive_moved_messages", queue="seen") == 7
+    assert value(samples, "mq_redrive_running", queue="seen") == 1
+    assert value(samples, "mq_queue_messages_ready", queue="quiet") == 1
+    assert value(samples, "mq_queue_oldest_message_age_seconds", queue="quiet") > 0
+    if inotify:
+        assert value(samples, "mq_queue_messages_ready", queue="seen") == 3
+    else:
+
+        async def caught_up() -> bool:
+            samples = await scrape(http, stack.url + "/metrics")
+            return value(samples, "mq_queue_messages_ready", queue="seen") == 3
+
+        await wait(caught_up, timeout=10, message=stack.logs)
+
+
+async def test_a_queue_deleted_and_created_again_between_two_scrapes(stack_factory, http) -> None:
+    stack = stack_factory(mover=False, reaper=False)
+    await index(stack, "again", 3)
+    samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_queue_messages_ready", queue="again") == 2
+
+    store = Store(stack.root)
+    store.delete_queue("again")
+    store.create_queue("again")
+    store.send("again", b"new")
+    samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_queue_messages_ready", queue="again") == 1
+
+    store.delete_queue("again")
+    samples = await scrape(http, stack.url + "/metrics")
+    assert ("mq_queue_messages_ready", frozenset({("queue", "again")})) not in samples
+
+
+async def test_scrape_after_an_inotify_queue_overflow(stack_factory, http, wait) -> None:
+    # mq is stopped (SIGSTOP) while a brokerless client renames more messages into an indexed queue than the
+    # kernel's inotify queue holds (/proc/sys/fs/inotify/max_queued_events): the events are lost, IN_Q_OVERFLOW
+    # makes mq rescan, and the scrapes must come to the real count (not stay at what the index held).
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    stack = stack_factory(mover=False, reaper=False)
+    await index(stack, "flood", 1)
+    await index(stack, "calm", 2)
+    samples = await scrape(http, stack.url + "/metrics")
+    assert value(samples, "mq_queue_messages_ready", queue="flood") == 0
+
+    store = Store(stack.root, fsync=False)
+    n = limit + 100
+    os.kill(stack.mq.pid, signal.SIGSTOP)
+    try:
+        for _ in range(n):
+            store.send("flood", b"x")
+    finally:
+        os.kill(stack.mq.pid, signal.SIGCONT)
+
+    async def counted() -> Samples | None:
+        samples = await scrape(http, stack.url + "/metrics")
+        return samples if value(samples, "mq_queue_messages_ready", queue="flood") == n else None
+
+    samples = await wait(counted, timeout=30, message=stack.logs)
+    assert value(samples, "mq_queue_messages_ready", queue="calm") == 1
+    assert "inotify queue overflowed" in stack.logs()
+
+
+@pytest.mark.parametrize("accept", ["", "application/openmetrics-text; version=1.0.0"], ids=["text", "openmetrics"])
+async def test_the_exposition_is_the_encoders_own(tmp_path: Path, http, accept) -> None:
+    # GET /metrics writes the per-queue families' lines itself (daemons._scrape.Lines); they must be what
+    # prometheus-client's encoder writes for the same registry, in the same order, with the _other label.
+    async with mq_in_process(tmp_path / "root", metrics_max_queues=2) as (broker, _, url):
+        for name in ("a1", "a2", "a3", "a4"):
+            reply = await http.put(f"{url}/{name}")
+            assert reply.status == 201
+            for i in range(3):
+                assert (await http.post(f"{url}/{name}/messages", data=f"m{i}")).status == 201
+        assert (await http.get(f"{url}/a1/messages")).status == 200
+        assert (await http.get(f"{url}/a3/messages")).status == 200
+        store = Store(str(tmp_path / "root"))
+        store.write_redrive_status("a2", {"state": "done", "moved": 3, "skipped": 0, "updated_ms": 0})
+        store.write_redrive_status("a4", {"state": "running", "moved": 5, "skipped": 1, "updated_ms": store.clock()})
+        for _ in range(2):
+            async with http.get(f"{url}/metrics", headers={"Accept": accept}) as resp:
+                served = await resp.text()
+                content_type = resp.headers["Content-Type"]
+            encoder, expected_type = choose_encoder(accept)
+            expected = encoder(broker.metrics.registry).decode()
+            assert content_type == expected_type
+            assert comparable(served) == comparable(expected)
+            assert 'mq_queue_messages_ready{queue="_other"} 5.0' in served
+            assert 'mq_redrive_moved_messages{queue="_other"} 5.0' in served
+
+        # _other's sum and oldest age follow its queues' changes (kept as running values between scrapes).
+        assert (await http.post(f"{url}/a3/messages", data="more")).status == 201
+        samples = await scrape(http, f"{url}/metrics")
+        assert value(samples, "mq_queue_messages_ready", queue="_other") == 6
+        assert value(samples, "mq_queue_oldest_message_age_seconds", queue="_other") > 0
+        for name, left in (("a3", 3), ("a4", 3)):
+            for _ in range(left):
+                assert (await http.get(f"{url}/{name}/messages")).status == 200
+        samples = await scrape(http, f"{url}/metrics")
+        assert value(samples, "mq_queue_messages_ready", queue="_other") == 0
+        assert value(samples, "mq_queue_messages_in_flight", queue="_other") == 7
+        assert ("mq_queue_oldest_message_age_seconds", frozenset({("queue", "_other")})) in samples
+        assert value(samples, "mq_queue_oldest_message_age_seconds", queue="_other") == 0
+
+
+#: Families whose values move between a scrape and the encoding that follows it (time, the scrape's own request).
+MOVING = ("process_", "mq_http_request_duration_seconds", "mq_queue_oldest_message_age_seconds", "mq_storage_free")
+
+
+def comparable(text: str) -> list[str]:
+    """The exposition's lines without the samples of :data:`MOVING` families (their headers stay)."""
+    return [line for line in text.splitlines() if line.startswith("#") or not line.startswith(MOVING)]
