@@ -281,9 +281,10 @@ class FsSyncer:
         self._fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._cond = threading.Condition(threading.Lock())
         self._later: dict[str, list[Done]] = {}
-        #: Failed rounds so far, and the error of the last one.
+        #: Failed rounds so far, the error of the last one, and what a later caller of an older epoch gets.
         self._failures = 0
         self._failure = OSError(errno.EIO, os.strerror(errno.EIO))
+        self._failure_earlier = self._failure
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
@@ -294,7 +295,8 @@ class FsSyncer:
 
         ``done`` runs on the thread leading the round (this one, if nobody was leading); it must be
         quick and must not raise. It gets None, or the OSError of its round's ``syncfs``, or that of
-        the last failed round if one failed after ``epoch`` was read (see the class).
+        the last failed round if one failed after ``epoch`` was read (see the class; its ``strerror``
+        then says the error was reported to a round that ended after this caller began).
 
         Args:
             done: The callback.
@@ -302,7 +304,7 @@ class FsSyncer:
         """
 
         def checked(error: OSError | None) -> None:
-            done(self._failure if error is None and self._failures != epoch else error)
+            done(self._failure_earlier if error is None and self._failures != epoch else error)
 
         join_or_lead(self._cond, self._later, "", checked, self._sync, "syncfs")
 
@@ -311,6 +313,10 @@ class FsSyncer:
             code = ctypes.get_errno()
             error = OSError(code, os.strerror(code))
             self._failure = error
+            # The epoch rule's callers: their own round succeeded, so say whose round reported the error.
+            self._failure_earlier = OSError(
+                code, f"{os.strerror(code)}, reported to a round that ended after this send began"
+            )
             self._failures += 1  # before any callback of this round runs (only the leader writes these)
             raise error
 

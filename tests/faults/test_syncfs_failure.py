@@ -336,6 +336,8 @@ async def test_send_started_before_a_failed_round_ended_fails_though_its_own_rou
     k_reply, j_reply = await k, await j
     assert_syncfs_503(k_reply, stack.logs())
     assert_syncfs_503(j_reply, stack.logs())  # its own round succeeded: the epoch rule
+    assert "reported to a round that ended after this send began" in j_reply.json["message"], j_reply.json
+    assert "after this send began" not in k_reply.json["message"], k_reply.json  # its own round failed
     assert stack.files("new") == [], f"the failed sends left files in new/: {stack.files('new')}"
 
     body = body_of("after")
