@@ -285,6 +285,50 @@ class ReadyIndex:
             heapq.heapify(self._heap)
         return [_name(mid, rc) for mid, rc in gone]
 
+    def snapshot(self) -> IndexSnapshot:
+        """The index as it is now, to compare with a listing off the event loop (see :class:`IndexSnapshot`).
+
+        Copies the id table (a ``dict.copy``: milliseconds at 1,000,000 names, no
+        name built); a :meth:`mark` is taken with it.
+        """
+        return IndexSnapshot(self._stamp, self._present.copy(), {mid: dict(m) for mid, m in self._more.items()})
+
+    def apply_rescan(self, diff: RescanDiff) -> list[str]:
+        """Bring the index in line with a listing compared by :meth:`IndexSnapshot.compare` (event loop).
+
+        The same outcome as :meth:`drop_unlisted` with the snapshot's mark and then
+        :meth:`update` with the listing, but in time proportional to the
+        differences, not to the queue: a name of the snapshot the listing did
+        not find is forgotten unless it was noted again after the snapshot; a
+        listed name the snapshot did not hold is noted (one stamp for them all).
+        The names listed and already held keep their stamps (no later rescan
+        tells them apart: each takes a new mark).
+
+        Returns:
+            The names forgotten.
+        """
+        gone: list[tuple[int, int]] = []
+        present, more = self._present, self._more
+        mark = diff.mark
+        for mid, rc in diff.unlisted:
+            value = present.get(mid)
+            if value is None:
+                continue
+            stamp = value >> RC_BITS if value & _RC_MASK == rc else more.get(mid, {}).get(rc, mark + 1)
+            if stamp <= mark:
+                gone.append((mid, rc))
+        for mid, rc in gone:
+            self._forget(mid, rc)
+        if len(self._heap) > 2 * len(present) + 1024:
+            self._heap = list(present)
+            heapq.heapify(self._heap)
+        if diff.new:
+            self._stamp += 1
+            shared = self._stamp << RC_BITS
+            for mid, rc in diff.new:
+                self._note(mid, rc, shared | rc)
+        return [_name(mid, rc) for mid, rc in gone]
+
     def pop_oldest(self) -> str | None:
         """Remove and return the oldest name, or None when empty. O(log n) amortised."""
         return self._pop_present(self._heap)
@@ -385,3 +429,70 @@ class ReadyIndex:
             if name is not chosen:
                 self.add(name)
         return chosen
+
+
+class RescanDiff:
+    """What a listing holds that an :class:`IndexSnapshot` did not, and the reverse (:meth:`ReadyIndex.apply_rescan`).
+
+    Attributes:
+        mark: The snapshot's :meth:`ReadyIndex.mark`.
+        new: ``(id int, receive count)`` of each listed ready name the snapshot did not hold.
+        unlisted: ``(id int, receive count)`` of each name of the snapshot the listing did not find.
+    """
+
+    __slots__ = ("mark", "new", "unlisted")
+
+    def __init__(self, mark: int, new: list[tuple[int, int]], unlisted: list[tuple[int, int]]) -> None:
+        self.mark = mark
+        self.new = new
+        self.unlisted = unlisted
+
+
+class IndexSnapshot:
+    """A copy of a :class:`ReadyIndex`'s ids taken on the event loop, compared with a listing on a worker thread.
+
+    A periodic rescan of a queue of 1,000,000 ready messages used to compare
+    the listing with the live index on the event loop (``drop_unlisted``, then
+    ``update`` of every listed name: over a second of CPU in which nothing
+    else was served; issue 12, docs/performance.md "Draining 1,000,000
+    messages"). The comparison needs only this copy, so it runs beside the
+    loop; the loop then applies the differences (:meth:`ReadyIndex.apply_rescan`).
+
+    Args:
+        mark: The index's :meth:`ReadyIndex.mark` when the copy was taken.
+        present: Copy of the index's id table (id int -> packed stamp and receive count).
+        more: Copy of its further names per id (id int -> {receive count: stamp}).
+    """
+
+    __slots__ = ("mark", "more", "present")
+
+    def __init__(self, mark: int, present: dict[int, int], more: dict[int, dict[int, int]]) -> None:
+        self.mark = mark
+        self.present = present
+        self.more = more
+
+    def compare(self, listing: Listing) -> RescanDiff:
+        """The names ``listing`` holds that this snapshot does not, and the reverse (any thread; no I/O). O(n).
+
+        The listed names of receive count 0 (nearly all) are looked up by their id ints, which the
+        listing already holds: no int is made per name.
+        """
+        present, more = self.present, self.more
+        mids, rcs = listing.mids, listing.rcs
+        listed0 = set(mids) if not rcs else {mid for i, mid in enumerate(mids) if i not in rcs}
+        listed_rc = {(mids[i], rc) for i, rc in rcs.items()}
+        no_more: dict[int, int] = {}
+        new: list[tuple[int, int]] = []
+        for i, mid in enumerate(mids):
+            rc = rcs.get(i, 0) if rcs else 0
+            value = present.get(mid)
+            if value is None or (value & _RC_MASK != rc and rc not in more.get(mid, no_more)):
+                new.append((mid, rc))
+        unlisted = [
+            (mid, rc)
+            for mid, value in present.items()
+            if ((rc := value & _RC_MASK) and (mid, rc) not in listed_rc) or (not rc and mid not in listed0)
+        ]
+        for mid, others in more.items():
+            unlisted.extend((mid, rc) for rc in others if ((mid, rc) not in listed_rc if rc else mid not in listed0))
+        return RescanDiff(self.mark, new, unlisted)
