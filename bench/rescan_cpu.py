@@ -33,6 +33,14 @@ from mqcore.index import Listing, ReadyIndex  # noqa: E402
 from mqcore.names import IdGenerator, ready_name  # noqa: E402
 
 
+def _received(names: list[str], popped: int) -> ReadyIndex:
+    """An index of ``names`` whose ``popped`` oldest were received since."""
+    index = ReadyIndex(Listing(names))
+    for _ in range(popped):
+        index.pop_oldest()
+    return index
+
+
 def _round(names: list[str], popped: int) -> dict[str, float]:
     """One rescan each way of an index of ``names`` of which ``popped`` were received before the listing."""
     listed = names[popped:]
@@ -41,18 +49,13 @@ def _round(names: list[str], popped: int) -> dict[str, float]:
     listing = Listing(listed)
     out["worker_listing_parse_s"] = time.perf_counter() - t
 
-    old = ReadyIndex(Listing(names))
-    for _ in range(popped):
-        old.pop_oldest()
+    old, new = _received(names, popped), _received(names, popped)
     t = time.perf_counter()
     mark = old.mark()
     old.drop_unlisted(mark, listing)
     old.update(listing)
     out["loop_before_s"] = time.perf_counter() - t
 
-    new = ReadyIndex(Listing(names))
-    for _ in range(popped):
-        new.pop_oldest()
     t = time.perf_counter()
     snapshot = new.snapshot()
     out["loop_snapshot_s"] = time.perf_counter() - t
