@@ -18,14 +18,17 @@ object. About 100 bytes per message at 1,000,000 (docs/performance.md).
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mqcore.names import MAX_PARTITIONS
 
 #: Most (partition, partitions) views an index keeps; the least recently used one is dropped beyond.
 MAX_PARTITION_VIEWS = 16
+#: Names (and ids) :meth:`IndexSnapshot.compare` handles between two calls of its ``pause``: about 1 ms of CPU.
+COMPARE_CHUNK = 1024
 #: Bits of a packed value that hold the receive count (``ID.RC``: RC is at most 9 digits < 2**30).
 RC_BITS = 30
 _RC_MASK = (1 << RC_BITS) - 1
@@ -471,28 +474,52 @@ class IndexSnapshot:
         self.present = present
         self.more = more
 
-    def compare(self, listing: Listing) -> RescanDiff:
-        """The names ``listing`` holds that this snapshot does not, and the reverse (any thread; no I/O). O(n).
+    def compare(
+        self, names: list[str], pause: Callable[[], object] | None = None, chunk: int = COMPARE_CHUNK
+    ) -> RescanDiff:
+        """The ready names among ``names`` (a directory listing) that this snapshot does not hold, and the
+        reverse (any thread; no I/O). O(n).
 
-        The listed names of receive count 0 (nearly all) are looked up by their id ints, which the
-        listing already holds: no int is made per name.
+        Args:
+            names: The file names of the queue's directory; names that are not ready names are skipped.
+            pause: Called between chunks of ``chunk`` names (and of the snapshot's ids). The daemon
+                passes a sleep of 2 ms: this is two or three seconds of CPU at 1,000,000 names, and
+                a thread that holds the GIL that long makes every other thread that comes back from a
+                system call (the fetchers' leases, the remover's renames) wait up to the interpreter's
+                switch interval (5 ms) for it, each time: the drain ran at a tenth of its rate for the
+                rescan's seconds (issue 12, docs/performance.md "Draining 1,000,000 messages").
+            chunk: Names (and snapshot ids) between two pauses.
         """
         present, more = self.present, self.more
-        mids, rcs = listing.mids, listing.rcs
-        listed0 = set(mids) if not rcs else {mid for i, mid in enumerate(mids) if i not in rcs}
-        listed_rc = {(mids[i], rc) for i, rc in rcs.items()}
+        fullmatch = _READY_RE.fullmatch
+        listed0: set[int] = set()  # ids listed with receive count 0 (nearly all)
+        listed_rc: set[tuple[int, int]] = set()
         no_more: dict[int, int] = {}
         new: list[tuple[int, int]] = []
-        for i, mid in enumerate(mids):
-            rc = rcs.get(i, 0) if rcs else 0
-            value = present.get(mid)
-            if value is None or (value & _RC_MASK != rc and rc not in more.get(mid, no_more)):
-                new.append((mid, rc))
-        unlisted = [
-            (mid, rc)
-            for mid, value in present.items()
-            if ((rc := value & _RC_MASK) and (mid, rc) not in listed_rc) or (not rc and mid not in listed0)
-        ]
+        for start in range(0, len(names), chunk):
+            if pause is not None and start:
+                pause()
+            for name in names[start : start + chunk]:
+                if fullmatch(name) is None:
+                    continue
+                mid = int(name[:36].replace("-", ""), 16)
+                rc = 0 if name.endswith(".0") else int(name[37:])
+                if rc:
+                    listed_rc.add((mid, rc))
+                else:
+                    listed0.add(mid)
+                value = present.get(mid)
+                if value is None or (value & _RC_MASK != rc and rc not in more.get(mid, no_more)):
+                    new.append((mid, rc))
+        unlisted: list[tuple[int, int]] = []
+        items = iter(present.items())  # a copy nobody else changes: safe to walk across pauses
+        while batch := list(itertools.islice(items, chunk)):
+            if pause is not None:
+                pause()
+            for mid, value in batch:
+                rc = value & _RC_MASK
+                if (mid, rc) not in listed_rc if rc else mid not in listed0:
+                    unlisted.append((mid, rc))
         for mid, others in more.items():
             unlisted.extend((mid, rc) for rc in others if ((mid, rc) not in listed_rc if rc else mid not in listed0))
         return RescanDiff(self.mark, new, unlisted)

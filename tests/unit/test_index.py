@@ -107,7 +107,7 @@ class ReadyIndexMachine(RuleBasedStateMachine):
         for name in taken:  # received meanwhile
             self.index.discard(name)
             self.model.discard(name)
-        diff = snapshot.compare(Listing(listed))
+        diff = snapshot.compare([*listed, ".attributes"], pause=lambda: None, chunk=4)
         gone = (before - set(listed) - set(during)) & self.model
         assert sorted(self.index.apply_rescan(diff)) == sorted(gone)
         self.model -= gone
