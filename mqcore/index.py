@@ -513,9 +513,11 @@ class IndexSnapshot:
                     new.append((mid, rc))
         unlisted: list[tuple[int, int]] = []
         items = iter(present.items())  # a copy nobody else changes: safe to walk across pauses
+        paused = len(names) > chunk  # a small queue (most of them) is compared without a pause
         while batch := list(itertools.islice(items, chunk)):
-            if pause is not None:
+            if pause is not None and paused:
                 pause()
+            paused = True
             for mid, value in batch:
                 rc = value & _RC_MASK
                 if (mid, rc) not in listed_rc if rc else mid not in listed0:
