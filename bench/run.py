@@ -384,7 +384,7 @@ class WrkRun:
         return {
             method: {
                 "count": int(h.get("count", 0)),
-                **{k: round(h.get(k, 0) / 1000.0, 3) for k in ("p50", "p90", "p99")},
+                **{k: round(h.get(k, 0) / 1000.0, 3) for k in ("p50", "p90", "p99", "p999", "max") if k in h},
             }
             for method, h in sorted(per.items())
         }
@@ -1088,7 +1088,7 @@ class Bench:
         start_depth = self.api.depth(queue)
         log(f"drain: {start_depth:,} messages with {clients} clients")
         samples: list[tuple[float, int]] = [(0.0, start_depth)]
-        t0 = time.monotonic()
+        t0, wall0 = time.monotonic(), time.time()
         meter = self._meter()
         proc = self.wrk.start("recv_delete.lua", clients=clients, threads=None, queue=queue)
         next_report = 5.0
@@ -1133,9 +1133,49 @@ class Bench:
             "statuses": run.statuses(),
             "socket_errors": run.errors,
             "cpu": cpu,
+            "per_second": _per_second(samples),
+            "wall_start": round(wall0, 3),
+            # Seconds (from the drain's start) in which requests took >= 200 ms, or receives answered 204.
+            "slow_at_s": _events_at(run.counts, "slow_", wall0),
+            "empty_at_s": _events_at(run.counts, "empty_", wall0),
         }
         log(f"  drained {start_depth - end_depth:,} in {end_t:.1f} s; per tenth: {tenths}")
         return res
+
+
+def _events_at(counts: dict[str, int], prefix: str, wall0: float) -> dict[str, int]:
+    """Counts of the wrk script's ``<prefix>..._at_<epoch second>`` keys, keyed by
+    ``"<method or event> <whole seconds after wall0>"``, in time order."""
+    out: dict[tuple[int, str], int] = {}
+    for key, n in counts.items():
+        m = re.fullmatch(re.escape(prefix) + r"([a-z_]*?)_?at_([0-9]+)", key)
+        if m:
+            at = (int(m.group(2)) - int(wall0), m.group(1) or prefix.rstrip("_"))
+            out[at] = out.get(at, 0) + n
+    return {f"{what} {sec}": n for (sec, what), n in sorted(out.items())}
+
+
+def _per_second(samples: list[tuple[float, int]]) -> list[int]:
+    """Messages drained in each whole second of a drain, from its (seconds, depth) polls.
+
+    Second ``k`` is [k, k+1) after the drain started; a second's figure is the
+    fall of the depth between the last polls at or before its two ends. Lets a
+    stall (a second or more with few messages) be lined up with vmstat's clock
+    through the drain's ``wall_start``.
+    """
+    out: list[int] = []
+    if not samples:
+        return out
+    last = samples[-1][0]
+    i, depth_at = 0, samples[0][1]
+    prev = depth_at
+    for k in range(1, int(last) + 1):
+        while i + 1 < len(samples) and samples[i + 1][0] <= k:
+            i += 1
+        depth_at = samples[i][1]
+        out.append(prev - depth_at)
+        prev = depth_at
+    return out
 
 
 def _tenths(samples: list[tuple[float, int]], start: int) -> list[float | None]:

@@ -18,14 +18,17 @@ object. About 100 bytes per message at 1,000,000 (docs/performance.md).
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from mqcore.names import MAX_PARTITIONS
 
 #: Most (partition, partitions) views an index keeps; the least recently used one is dropped beyond.
 MAX_PARTITION_VIEWS = 16
+#: Names (and ids) :meth:`IndexSnapshot.compare` handles between two calls of its ``pause``: about 1 ms of CPU.
+COMPARE_CHUNK = 1024
 #: Bits of a packed value that hold the receive count (``ID.RC``: RC is at most 9 digits < 2**30).
 RC_BITS = 30
 _RC_MASK = (1 << RC_BITS) - 1
@@ -285,6 +288,50 @@ class ReadyIndex:
             heapq.heapify(self._heap)
         return [_name(mid, rc) for mid, rc in gone]
 
+    def snapshot(self) -> IndexSnapshot:
+        """The index as it is now, to compare with a listing off the event loop (see :class:`IndexSnapshot`).
+
+        Copies the id table (a ``dict.copy``: milliseconds at 1,000,000 names, no
+        name built); a :meth:`mark` is taken with it.
+        """
+        return IndexSnapshot(self._stamp, self._present.copy(), {mid: dict(m) for mid, m in self._more.items()})
+
+    def apply_rescan(self, diff: RescanDiff) -> list[str]:
+        """Bring the index in line with a listing compared by :meth:`IndexSnapshot.compare` (event loop).
+
+        The same outcome as :meth:`drop_unlisted` with the snapshot's mark and then
+        :meth:`update` with the listing, but in time proportional to the
+        differences, not to the queue: a name of the snapshot the listing did
+        not find is forgotten unless it was noted again after the snapshot; a
+        listed name the snapshot did not hold is noted (one stamp for them all).
+        The names listed and already held keep their stamps (no later rescan
+        tells them apart: each takes a new mark).
+
+        Returns:
+            The names forgotten.
+        """
+        gone: list[tuple[int, int]] = []
+        present, more = self._present, self._more
+        mark = diff.mark
+        for mid, rc in diff.unlisted:
+            value = present.get(mid)
+            if value is None:
+                continue
+            stamp = value >> RC_BITS if value & _RC_MASK == rc else more.get(mid, {}).get(rc, mark + 1)
+            if stamp <= mark:
+                gone.append((mid, rc))
+        for mid, rc in gone:
+            self._forget(mid, rc)
+        if len(self._heap) > 2 * len(present) + 1024:
+            self._heap = list(present)
+            heapq.heapify(self._heap)
+        if diff.new:
+            self._stamp += 1
+            shared = self._stamp << RC_BITS
+            for mid, rc in diff.new:
+                self._note(mid, rc, shared | rc)
+        return [_name(mid, rc) for mid, rc in gone]
+
     def pop_oldest(self) -> str | None:
         """Remove and return the oldest name, or None when empty. O(log n) amortised."""
         return self._pop_present(self._heap)
@@ -385,3 +432,96 @@ class ReadyIndex:
             if name is not chosen:
                 self.add(name)
         return chosen
+
+
+class RescanDiff:
+    """What a listing holds that an :class:`IndexSnapshot` did not, and the reverse (:meth:`ReadyIndex.apply_rescan`).
+
+    Attributes:
+        mark: The snapshot's :meth:`ReadyIndex.mark`.
+        new: ``(id int, receive count)`` of each listed ready name the snapshot did not hold.
+        unlisted: ``(id int, receive count)`` of each name of the snapshot the listing did not find.
+    """
+
+    __slots__ = ("mark", "new", "unlisted")
+
+    def __init__(self, mark: int, new: list[tuple[int, int]], unlisted: list[tuple[int, int]]) -> None:
+        self.mark = mark
+        self.new = new
+        self.unlisted = unlisted
+
+
+class IndexSnapshot:
+    """A copy of a :class:`ReadyIndex`'s ids taken on the event loop, compared with a listing on a worker thread.
+
+    A periodic rescan of a queue of 1,000,000 ready messages used to compare
+    the listing with the live index on the event loop (``drop_unlisted``, then
+    ``update`` of every listed name: over a second of CPU in which nothing
+    else was served; issue 12, docs/performance.md "Draining 1,000,000
+    messages"). The comparison needs only this copy, so it runs beside the
+    loop; the loop then applies the differences (:meth:`ReadyIndex.apply_rescan`).
+
+    Args:
+        mark: The index's :meth:`ReadyIndex.mark` when the copy was taken.
+        present: Copy of the index's id table (id int -> packed stamp and receive count).
+        more: Copy of its further names per id (id int -> {receive count: stamp}).
+    """
+
+    __slots__ = ("mark", "more", "present")
+
+    def __init__(self, mark: int, present: dict[int, int], more: dict[int, dict[int, int]]) -> None:
+        self.mark = mark
+        self.present = present
+        self.more = more
+
+    def compare(
+        self, names: list[str], pause: Callable[[], object] | None = None, chunk: int = COMPARE_CHUNK
+    ) -> RescanDiff:
+        """The ready names among ``names`` (a directory listing) that this snapshot does not hold, and the
+        reverse (any thread; no I/O). O(n).
+
+        Args:
+            names: The file names of the queue's directory; names that are not ready names are skipped.
+            pause: Called between chunks of ``chunk`` names (and of the snapshot's ids). The daemon
+                passes a sleep of 2 ms: this is two or three seconds of CPU at 1,000,000 names, and
+                a thread that holds the GIL that long makes every other thread that comes back from a
+                system call (the fetchers' leases, the remover's renames) wait up to the interpreter's
+                switch interval (5 ms) for it, each time: the drain ran at a tenth of its rate for the
+                rescan's seconds (issue 12, docs/performance.md "Draining 1,000,000 messages").
+            chunk: Names (and snapshot ids) between two pauses.
+        """
+        present, more = self.present, self.more
+        fullmatch = _READY_RE.fullmatch
+        listed0: set[int] = set()  # ids listed with receive count 0 (nearly all)
+        listed_rc: set[tuple[int, int]] = set()
+        no_more: dict[int, int] = {}
+        new: list[tuple[int, int]] = []
+        for start in range(0, len(names), chunk):
+            if pause is not None and start:
+                pause()
+            for name in names[start : start + chunk]:
+                if fullmatch(name) is None:
+                    continue
+                mid = int(name[:36].replace("-", ""), 16)
+                rc = 0 if name.endswith(".0") else int(name[37:])
+                if rc:
+                    listed_rc.add((mid, rc))
+                else:
+                    listed0.add(mid)
+                value = present.get(mid)
+                if value is None or (value & _RC_MASK != rc and rc not in more.get(mid, no_more)):
+                    new.append((mid, rc))
+        unlisted: list[tuple[int, int]] = []
+        items = iter(present.items())  # a copy nobody else changes: safe to walk across pauses
+        paused = len(names) > chunk  # a small queue (most of them) is compared without a pause
+        while batch := list(itertools.islice(items, chunk)):
+            if pause is not None and paused:
+                pause()
+            paused = True
+            for mid, value in batch:
+                rc = value & _RC_MASK
+                if (mid, rc) not in listed_rc if rc else mid not in listed0:
+                    unlisted.append((mid, rc))
+        for mid, others in more.items():
+            unlisted.extend((mid, rc) for rc in others if ((mid, rc) not in listed_rc if rc else mid not in listed0))
+        return RescanDiff(self.mark, new, unlisted)

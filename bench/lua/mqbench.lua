@@ -45,6 +45,14 @@ function M.record(stats, method)
   end
   local key = "lat_" .. method .. "_" .. math.floor(math.log(us) / BUCKET)
   stats[key] = (stats[key] or 0) + 1
+  return us
+end
+
+-- Count an event under "<what>_at_<epoch second>" (the drain lines up stalls
+-- and empty receives with vmstat's clock through these).
+function M.count_at(stats, what)
+  local key = what .. "_at_" .. os.time()
+  stats[key] = (stats[key] or 0) + 1
 end
 
 local function hist_summary(h)
@@ -64,7 +72,7 @@ local function hist_summary(h)
     end
     return 0
   end
-  return { count = total, p50 = pct(50), p90 = pct(90), p99 = pct(99) }
+  return { count = total, p50 = pct(50), p90 = pct(90), p99 = pct(99), p999 = pct(99.9), max = pct(100) }
 end
 
 function M.env(name, default)

@@ -11,6 +11,8 @@ quota = 0
 local pending_id = nil -- message id to delete next
 local last = nil -- method of the request in flight
 local get_req
+-- A request slower than this (microseconds) is counted per second it ended in.
+local SLOW_US = 200000
 
 function setup(thread)
   mq.setup(thread)
@@ -31,7 +33,9 @@ function request()
 end
 
 function response(status, headers, body)
-  mq.record(stats, last)
+  if mq.record(stats, last) >= SLOW_US then
+    mq.count_at(stats, "slow_" .. last)
+  end
   mq.count(stats, last .. "_" .. status)
   if last == "get" then
     if status == 200 then
@@ -42,6 +46,7 @@ function response(status, headers, body)
       end
     elseif status == 204 then
       stats.empty = stats.empty + 1
+      mq.count_at(stats, "empty")
     end
   else
     pending_id = nil

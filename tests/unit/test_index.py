@@ -7,7 +7,9 @@ one of its ``peers + 1`` smallest names (SoftLayer MQ's peer fuzz,
 ``docs/protocol.md`` section 10), ``pop_oldest_in(i, M)`` the minimum of partition
 ``i`` of ``M`` (SMQ's batches), and a rescan (``mark``, names noted during
 the listing, ``drop_unlisted``) must forget exactly the names noted before the
-listing started that the listing did not find.
+listing started that the listing did not find; the daemon's rescan (``snapshot``,
+``IndexSnapshot.compare`` off the loop, ``apply_rescan``) must in addition note
+the listed names the index did not hold when the listing started.
 """
 
 from __future__ import annotations
@@ -93,6 +95,23 @@ class ReadyIndexMachine(RuleBasedStateMachine):
         gone = self.model - set(listed) - set(during)
         assert sorted(self.index.drop_unlisted(mark, listed)) == sorted(gone)
         self.model -= gone
+
+    @rule(listed=st.lists(names, max_size=30), during=st.lists(names, max_size=5), taken=st.lists(names, max_size=5))
+    def rescan_off_the_loop(self, listed: list[str], during: list[str], taken: list[str]) -> None:
+        """The daemon's rescan: snapshot, names noted and taken while the listing is compared, then the diff."""
+        snapshot = self.index.snapshot()
+        before = set(self.model)
+        for name in during:  # noted while the listing runs and is compared on a worker thread
+            self.index.add(name)
+            self.model.add(name)
+        for name in taken:  # received meanwhile
+            self.index.discard(name)
+            self.model.discard(name)
+        diff = snapshot.compare([*listed, ".attributes"], pause=lambda: None, chunk=4)
+        gone = (before - set(listed) - set(during)) & self.model
+        assert sorted(self.index.apply_rescan(diff)) == sorted(gone)
+        self.model -= gone
+        self.model |= set(listed) - before  # what the index did not hold when the listing started
 
     @precondition(lambda self: len(self.model) > 0)
     @rule(data=st.data())
