@@ -7,7 +7,10 @@ one queue, and one keep-alive connection sending 1 KiB bodies one after another
 for ``--seconds`` (``http.client``: the next send starts as soon as the previous
 ``201`` is read, as bench/run.py's one wrk connection does). Printed per run:
 sends/s, latency p50/p90/p99 in ms, and the CPU ms per send of the supervisor and
-of each worker (``/proc/PID/stat`` utime+stime before and after the window).
+of each worker (``/proc/PID/stat`` utime+stime before and after the window), and
+with ``--count-waits`` how many sends of the workers waited in
+``daemons._idorder.before_ids`` and for how long (a ``sitecustomize`` put first on
+the workers' ``PYTHONPATH`` wraps it and writes its counts to a file per process).
 
     .venv/bin/python bench/procs_lone.py --base /work/mq-base20 --root /dev/shm/procs-lone \\
         --rounds 3 --seconds 3 --output /tmp/procs-lone.json
@@ -51,10 +54,51 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def start(tree: str | None, root: Path, processes: int, log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """mq from ``tree`` (None: this one) on ``root``; the process and its port."""
+SHIM = """
+import atexit, json, os, time
+from daemons import _idorder
+
+_counts = {"calls": 0, "waits": 0, "waited_ms": 0.0}
+_original = _idorder.AckedIds.before_ids
+
+
+async def before_ids(self):
+    newest = getattr(self, "newest_elsewhere", self.newest)()  # the base's code waits for every slot
+    must_wait = (newest + 1) * 1_000_000 > time.time_ns()
+    started = time.perf_counter()
+    await _original(self)
+    _counts["calls"] += 1
+    if must_wait:
+        _counts["waits"] += 1
+        _counts["waited_ms"] += (time.perf_counter() - started) * 1000
+    if _counts["calls"] % 100 == 0:
+        _dump()
+
+
+def _dump():
+    with open(os.path.join(os.environ["PROCS_WAITS_DIR"], f"{os.getpid()}.json"), "w") as fh:
+        json.dump(_counts, fh)
+
+
+_idorder.AckedIds.before_ids = before_ids
+atexit.register(_dump)
+"""
+
+
+def start(
+    tree: str | None, root: Path, processes: int, log: Path, waits: Path | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """mq from ``tree`` (None: this one) on ``root``; the process and its port.
+
+    With ``waits``: the workers count their waits in ``before_ids`` into ``waits/PID.json``.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = tree or str(REPO_DIR)
+    if waits is not None:
+        waits.mkdir(parents=True, exist_ok=True)
+        (waits / "sitecustomize.py").write_text(SHIM)
+        env["PYTHONPATH"] = f"{waits}:{env['PYTHONPATH']}"
+        env["PROCS_WAITS_DIR"] = str(waits)
     args = [sys.executable, "-m", "daemons.front", "--root", str(root), "--port", "0", "--processes", str(processes)]
     out = log.open("wb")
     proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tree or str(REPO_DIR))
@@ -93,10 +137,11 @@ def sends(port: int, seconds: float) -> list[float]:
     return out
 
 
-def one(tree: str | None, processes: int, root: Path, seconds: float) -> dict[str, Any]:
+def one(tree: str | None, processes: int, root: Path, seconds: float, count_waits: bool) -> dict[str, Any]:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    proc, port = start(tree, root / "mq", processes, root / "mq.log")
+    waits = root / "waits" if count_waits else None
+    proc, port = start(tree, root / "mq", processes, root / "mq.log", waits)
     try:
         pids = [proc.pid, *children(proc.pid)]
         before = {pid: cpu_s(pid) for pid in pids}
@@ -109,7 +154,9 @@ def one(tree: str | None, processes: int, root: Path, seconds: float) -> dict[st
         proc.wait(30)
     lat.sort()
     n = len(lat)
+    counted = [json.loads(f.read_text()) for f in waits.glob("*.json")] if waits is not None else []
     return {
+        "before_ids": {k: round(sum(c[k] for c in counted), 1) for k in ("calls", "waits", "waited_ms")},
         "sends_per_s": round(n / wall, 1),
         "p50_ms": round(lat[n // 2], 3),
         "p90_ms": round(lat[int(n * 0.9)], 3),
@@ -126,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--variants", default="base-p1,base-p2,new-p1,new-p2")
+    parser.add_argument("--count-waits", action="store_true", help="count the sends that waited in before_ids")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     names = args.variants.split(",")
@@ -134,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names[r % len(names) :] + names[: r % len(names)]:
             code, _, procs = name.partition("-p")
             tree = args.base if code == "base" else None
-            figures = one(tree, int(procs), args.root / name, args.seconds)
+            figures = one(tree, int(procs), args.root / name, args.seconds, args.count_waits)
             got[name].append(figures)
             print(name, r + 1, json.dumps(figures), flush=True)
     shutil.rmtree(args.root, ignore_errors=True)

@@ -12,10 +12,12 @@ a send takes its id, the worker reads the *other* workers' slots; if this host's
 in the newest millisecond one of them acknowledged, it waits (asyncio, no CPU) until that
 millisecond is over. A send begun after another's ``201`` thus gets a later millisecond, or, when
 the same worker serves both, a later id anyway: one process's ids strictly increase (its one
-``IdGenerator``, docs/protocol.md section 3), so a worker never waits for its own acknowledgments.
+``IdGenerator``, docs/protocol.md section 3), so a worker never waits for its own acknowledgments
+(only for those a restarted worker's earlier incarnation left in its slot).
 (It used to: a client sending one message after another through one worker then waited out the
-millisecond of its own previous ``201`` on nearly every send, 1-2 ms with uvloop's whole-millisecond
-timers, which halved one client's rate with two processes; docs/performance.md, stop 20.) The wait
+millisecond of its own previous ``201`` whenever that send had taken under a millisecond, 1-2 ms
+with uvloop's whole-millisecond timers, which halved one client's rate with two processes;
+docs/performance.md, stop 20.) The wait
 is taken only by a send that starts within the same millisecond as another worker's
 acknowledgment; with one process none of this runs.
 """
@@ -60,7 +62,10 @@ class AckedIds:
         self._all = struct.Struct(f"={workers}q")
         self._index = index
         self._offset = SLOT_BYTES * index
-        self._mine = 0
+        #: What this slot held when this process started: a restarted worker's earlier incarnation
+        #: acknowledged it, with ids that this process's generator does not follow.
+        self._inherited: int = self._all.unpack_from(self._map, 0)[index]
+        self._mine = self._inherited
 
     def newest(self) -> int:
         """The newest millisecond any worker has acknowledged (0 if none yet)."""
@@ -68,10 +73,11 @@ class AckedIds:
         return max(slots)
 
     def newest_elsewhere(self) -> int:
-        """The newest millisecond any *other* worker has acknowledged (0 if none yet, or no other worker)."""
+        """The newest millisecond another process acknowledged: the other workers, or this worker's
+        earlier incarnation if it was restarted (0 if none yet)."""
         slots: list[int] = list(self._all.unpack_from(self._map, 0))
-        del slots[self._index]
-        return max(slots, default=0)
+        slots[self._index] = self._inherited
+        return max(slots)
 
     def acknowledged(self, ids: Iterable[str]) -> None:
         """This worker is about to answer ``201`` for ``ids``: publish their newest millisecond."""

@@ -50,3 +50,17 @@ async def test_a_worker_does_not_wait_for_its_own_acknowledgment(tmp_path: Path)
     assert second.newest_elsewhere() == ahead
     await first.before_ids()
     assert time.time_ns() // 1_000_000 < ahead
+
+
+async def test_a_restarted_worker_waits_for_what_its_earlier_incarnation_acknowledged(tmp_path: Path) -> None:
+    # The restarted process has a new id generator: the old one's ids are another process's to it.
+    path = str(tmp_path / "acked")
+    _idorder.create(path, 2)
+    ahead = time.time_ns() // 1_000_000 + 30
+    _idorder.AckedIds(path, 2, 1).acknowledged([id_at(ahead)])
+    again = _idorder.AckedIds(path, 2, 1)
+    assert again.newest_elsewhere() == ahead
+    await again.before_ids()
+    assert time.time_ns() // 1_000_000 > ahead
+    again.acknowledged([id_at(ahead - 10)])  # never lowers the slot it inherited
+    assert _idorder.AckedIds(path, 2, 0).newest_elsewhere() == ahead
