@@ -8,11 +8,18 @@ that millisecond could see its second message received first.
 The workers therefore share, in a small file of the supervisor's private directory mapped into
 every worker, the millisecond of the newest id each one has acknowledged: one 8-byte slot per
 worker, written only by its worker (no lock: one writer per slot, aligned 8-byte stores). Before
-a send takes its id, the worker reads the slots; if this host's wall clock is still in the newest
-acknowledged millisecond, it waits (asyncio, no CPU) until that millisecond is over. A send begun
-after another's ``201`` thus gets a later millisecond, whichever worker serves it. The wait is
-taken only by a send that starts within the same millisecond as an acknowledgment, which on a
-disk (two fsyncs per send) is rare; with one process none of this runs.
+a send takes its id, the worker reads the *other* workers' slots; if this host's wall clock is still
+in the newest millisecond one of them acknowledged, it waits (asyncio, no CPU) until that
+millisecond is over. A send begun after another's ``201`` thus gets a later millisecond, or, when
+the same worker serves both, a later id anyway: one process's ids strictly increase (its one
+``IdGenerator``, docs/protocol.md section 3), so a worker never waits for its own acknowledgments
+(only for those a restarted worker's earlier incarnation left in its slot).
+(It used to: a client sending one message after another through one worker then waited out the
+millisecond of its own previous ``201`` whenever that send had taken under a millisecond, 1-2 ms
+with uvloop's whole-millisecond timers, which halved one client's rate with two processes;
+docs/performance.md, stop 20.) The wait
+is taken only by a send that starts within the same millisecond as another worker's
+acknowledgment; with one process none of this runs.
 """
 
 from __future__ import annotations
@@ -53,12 +60,23 @@ class AckedIds:
         finally:
             os.close(fd)
         self._all = struct.Struct(f"={workers}q")
+        self._index = index
         self._offset = SLOT_BYTES * index
-        self._mine = 0
+        #: What this slot held when this process started: a restarted worker's earlier incarnation
+        #: acknowledged it, with ids that this process's generator does not follow.
+        self._inherited: int = self._all.unpack_from(self._map, 0)[index]
+        self._mine = self._inherited
 
     def newest(self) -> int:
         """The newest millisecond any worker has acknowledged (0 if none yet)."""
         slots: tuple[int, ...] = self._all.unpack_from(self._map, 0)
+        return max(slots)
+
+    def newest_elsewhere(self) -> int:
+        """The newest millisecond another process acknowledged: the other workers, or this worker's
+        earlier incarnation if it was restarted (0 if none yet)."""
+        slots: list[int] = list(self._all.unpack_from(self._map, 0))
+        slots[self._index] = self._inherited
         return max(slots)
 
     def acknowledged(self, ids: Iterable[str]) -> None:
@@ -69,8 +87,12 @@ class AckedIds:
             struct.pack_into("=q", self._map, self._offset, latest)
 
     async def before_ids(self) -> None:
-        """Return once this host's wall clock has left the newest acknowledged millisecond."""
-        boundary_ns = (self.newest() + 1) * 1_000_000
+        """Return once this host's wall clock has left the newest millisecond another worker acknowledged.
+
+        This worker's own acknowledgments need no wait: its next id is larger than every id it
+        gave before (docs/protocol.md section 3).
+        """
+        boundary_ns = (self.newest_elsewhere() + 1) * 1_000_000
         for _ in range(100):  # bounded: a clock stepped back is docs/protocol.md section 11's business
             wait_ns = boundary_ns - time.time_ns()
             if wait_ns <= 0:

@@ -36,3 +36,31 @@ async def test_an_older_acknowledgment_never_lowers_a_workers_slot(tmp_path: Pat
     worker.acknowledged([id_at(2_000)])
     worker.acknowledged([id_at(1_000)])  # a send that overlapped acknowledged later
     assert _idorder.AckedIds(path, 3, 0).newest() == 2_000
+
+
+async def test_a_worker_does_not_wait_for_its_own_acknowledgment(tmp_path: Path) -> None:
+    # One process's ids strictly increase (docs/protocol.md section 3), so a client that sends through
+    # the same worker again needs no wait: only the other workers' slots count.
+    path = str(tmp_path / "acked")
+    _idorder.create(path, 2)
+    first, second = _idorder.AckedIds(path, 2, 0), _idorder.AckedIds(path, 2, 1)
+    ahead = time.time_ns() // 1_000_000 + 60_000  # a minute ahead: any wait for it would not return in time
+    first.acknowledged([id_at(ahead)])
+    assert first.newest() == ahead and first.newest_elsewhere() == 0
+    assert second.newest_elsewhere() == ahead
+    await first.before_ids()
+    assert time.time_ns() // 1_000_000 < ahead
+
+
+async def test_a_restarted_worker_waits_for_what_its_earlier_incarnation_acknowledged(tmp_path: Path) -> None:
+    # The restarted process has a new id generator: the old one's ids are another process's to it.
+    path = str(tmp_path / "acked")
+    _idorder.create(path, 2)
+    ahead = time.time_ns() // 1_000_000 + 30
+    _idorder.AckedIds(path, 2, 1).acknowledged([id_at(ahead)])
+    again = _idorder.AckedIds(path, 2, 1)
+    assert again.newest_elsewhere() == ahead
+    await again.before_ids()
+    assert time.time_ns() // 1_000_000 > ahead
+    again.acknowledged([id_at(ahead - 10)])  # never lowers the slot it inherited
+    assert _idorder.AckedIds(path, 2, 0).newest_elsewhere() == ahead
