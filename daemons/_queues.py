@@ -482,8 +482,10 @@ class QueueStates:
                 break
             try:
                 if loop.time() >= next_full:
-                    # On a shared filesystem the attribute cache may hide another host's change from a stat.
-                    await self.rescan_all(everything=bool(self.change_check_seconds))
+                    if self.change_check_seconds:
+                        await self.relist_turn()
+                    else:
+                        await self.rescan_all(everything=False)
                     next_full = loop.time() + interval
                 else:
                     await self.check_tick()
@@ -520,10 +522,28 @@ class QueueStates:
                 for queue in list(fetcher.queues):
                     await self._rescan_queue(fetcher, queue)
             return
-        self._turn = (self._turn + 1) % FULL_RESCAN_TURNS
-        turn = self._turn
-        await self.rescan_changed(
-            lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn, trust_watches=True
+        await self.rescan_changed(self._next_turn(), trust_watches=True)
+
+    def _next_turn(self) -> Callable[[QueueName], bool]:
+        """Whether a queue is listed at this periodic rescan: one rescan in :data:`FULL_RESCAN_TURNS` (crc32)."""
+        self._turn = turn = (self._turn + 1) % FULL_RESCAN_TURNS
+        return lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn
+
+    async def relist_turn(self) -> None:
+        """The periodic rescan on a shared filesystem: list again the indexed queues whose turn it is, changed or not.
+
+        A safety net under the change checks (:meth:`check_tick`), which ``stat`` every indexed
+        queue within a round of turns and list those whose directory changed: each queue is
+        also listed, and its metadata read, once in :data:`FULL_RESCAN_TURNS` rescans (5 min at
+        the default 10 s), in case a change left its directory's stamp as it was. Before, every
+        rescan listed every indexed queue: at 10,000 queues on GlusterFS one such pass took
+        longer than ``--rescan-interval``, so mq listed all the time and the change checks, which
+        wait for it, came seconds apart (docs/performance.md, "Many queues on a shared filesystem").
+        """
+        due = self._next_turn()
+        await self._check(
+            [(fetcher, queue, False) for fetcher in self.fetchers for queue in list(fetcher.queues) if due(queue)],
+            lambda _queue: True,
         )
 
     async def rescan_changed(
