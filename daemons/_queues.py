@@ -45,9 +45,11 @@ MAX_CACHED_QUEUE_NAMES = 100_000
 CHANGE_CHECK_SECONDS = 0.05
 #: Most queue directories one change check ``stat``s on a shared filesystem besides the queues that must be checked at
 #: every tick (waited on, or changed lately): the others take turns, so an idle queue nobody waits on is checked at
-#: least every ``ceil(idle queues / CHANGE_CHECK_BATCH) * CHANGE_CHECK_SECONDS`` (10,000 queues: 2.5 s). See
+#: least every ``ceil(idle queues / CHANGE_CHECK_BATCH)`` ticks (10,000 queues: 1,000 ticks, >= 50 s). A ``stat``
+#: through GlusterFS's FUSE client took ~2 ms and ~2 ms of CPU across the client and bricks on the test machine:
+#: checking every queue at every tick kept about a core busy at 1,000 idle queues already. See
 #: :meth:`QueueStates.check_tick`.
-CHANGE_CHECK_BATCH = 200
+CHANGE_CHECK_BATCH = 10
 #: A queue whose directory changed less than this many seconds ago is checked at every tick (it may change again).
 CHANGE_HOT_SECONDS = 10.0
 #: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
@@ -585,8 +587,9 @@ class QueueStates:
         others take turns: the next :data:`CHANGE_CHECK_BATCH` of a round over every indexed queue
         (listed when the last round ended), so an idle queue nobody waits on catches up with
         another host's change within ``ceil(queues / CHANGE_CHECK_BATCH)`` ticks (10,000 queues:
-        2.5 s). With 10,000 idle queues a check of every queue at every tick was ~200,000 ``stat`` s
-        a second through FUSE (docs/performance.md, "Many queues on a shared filesystem").
+        50 s or more). Checking every indexed queue at every tick kept the FUSE client and the
+        bricks about a core busy at 1,000 idle queues, and the ticks came seconds apart
+        (docs/performance.md, "Many queues on a shared filesystem").
         """
         now = asyncio.get_running_loop().time()
         chosen = dict.fromkeys(self.arrivals)
