@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from daemons._handoff import Handoff
 from daemons._own import OwnNames
 from daemons._settings import Settings
+from daemons._turns import CheckTurns
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.fsinfo import dir_stamp, mount_of
@@ -43,15 +44,6 @@ T = TypeVar("T")
 MAX_CACHED_QUEUE_NAMES = 100_000
 #: Seconds between the cheap change checks of indexed queues on a shared filesystem (docs/cluster.md).
 CHANGE_CHECK_SECONDS = 0.05
-#: Most queue directories one change check ``stat``s on a shared filesystem besides the queues that must be checked at
-#: every tick (waited on, or changed lately): the others take turns, so an idle queue nobody waits on is checked at
-#: least every ``ceil(idle queues / CHANGE_CHECK_BATCH)`` ticks (10,000 queues: 1,000 ticks, >= 50 s). A ``stat``
-#: through GlusterFS's FUSE client took ~2 ms and ~2 ms of CPU across the client and bricks on the test machine:
-#: checking every queue at every tick kept about a core busy at 1,000 idle queues already. See
-#: :meth:`QueueStates.check_tick`.
-CHANGE_CHECK_BATCH = 10
-#: A queue whose directory changed less than this many seconds ago is checked at every tick (it may change again).
-CHANGE_HOT_SECONDS = 10.0
 #: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
 RECENT_CHANGE_NS = 200_000_000
 #: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name; 5 min at 10 s).
@@ -60,6 +52,8 @@ FULL_RESCAN_TURNS = 30
 #: them (mq-mover's redeliveries, other daemons' and clients' sends, leases and deletes): one wake of the loop per
 #: window instead of one per rename (this daemon's own leases are departures too). See :meth:`QueueStates.start`.
 WATCH_WINDOW_SECONDS = 0.005
+#: Queues to list whatever their stamp (a periodic rescan's turn), or None.
+Due = Callable[[QueueName], bool] | None
 #: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
 Meta = tuple[dict[str, Any], int | None, MessageId | None]
 
@@ -157,12 +151,8 @@ class QueueStates:
         #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
-        #: Loop time at which a change check last found each queue's directory changed (checked at every tick
-        #: for :data:`CHANGE_HOT_SECONDS`).
-        self._hot: dict[QueueName, float] = {}
-        #: The indexed queues as of the start of the current round of turns, and the next one's position.
-        self._round: list[QueueName] = []
-        self._round_at = 0
+        #: Which queues each change check looks at (a shared filesystem).
+        self.turns = CheckTurns()
         self._turn = 0
         #: The end of the current inotify window (None: the loop waits for the descriptor).
         self._window: asyncio.TimerHandle | None = None
@@ -175,9 +165,8 @@ class QueueStates:
 
     @property
     def checked_stamps(self) -> Mapping[QueueName, tuple[int, int, int] | None]:
-        """Indexed queue -> the :func:`~mqcore.fsinfo.dir_stamp` of its directory at its last listing (None: too
-        recent to be trusted), which the change checks on a shared filesystem found unchanged since, as of the
-        queue's last check (:meth:`check_tick`). Read-only; any thread."""
+        """Queue -> its directory's stamp at its last listing (None: too recent to trust), unchanged at its last
+        change check since (:meth:`check_tick`, a shared filesystem). Read-only; any thread."""
         return self._stamps
 
     def start(self) -> None:
@@ -386,7 +375,7 @@ class QueueStates:
         self.fetcher_for(queue).queues.pop(queue, None)
         self.metrics_current.discard(queue)
         self._stamps.pop(queue, None)
-        self._hot.pop(queue, None)
+        self.turns.forget(queue)
         if self.watcher is not None:
             self.watcher.unwatch(queue)
         for signals in (self.arrivals, self.room):
@@ -532,21 +521,11 @@ class QueueStates:
         return lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn
 
     async def relist_turn(self) -> None:
-        """The periodic rescan on a shared filesystem: list again the indexed queues whose turn it is, changed or not.
-
-        A safety net under the change checks (:meth:`check_tick`), which ``stat`` every indexed
-        queue within a round of turns and list those whose directory changed: each queue is
-        also listed, and its metadata read, once in :data:`FULL_RESCAN_TURNS` rescans (5 min at
-        the default 10 s), in case a change left its directory's stamp as it was. Before, every
-        rescan listed every indexed queue: at 10,000 queues on GlusterFS one such pass took
-        longer than ``--rescan-interval``, so mq listed all the time and the change checks, which
-        wait for it, came seconds apart (docs/performance.md, "Many queues on a shared filesystem").
-        """
+        """Periodic rescan on a shared filesystem: list the queues whose turn it is (1 in :data:`FULL_RESCAN_TURNS`),
+        changed or not, under the change checks (listing all took longer than a rescan interval at 10,000 queues)."""
         due = self._next_turn()
-        await self._check(
-            [(fetcher, queue, False) for fetcher in self.fetchers for queue in list(fetcher.queues) if due(queue)],
-            lambda _queue: True,
-        )
+        queues = [(fetcher, queue, False) for fetcher in self.fetchers for queue in list(fetcher.queues) if due(queue)]
+        await self._check(queues, lambda _queue: True)
 
     async def rescan_changed(
         self, due: Callable[[QueueName], bool] | None = None, *, trust_watches: bool = False
@@ -567,60 +546,23 @@ class QueueStates:
                 ``due`` (a local filesystem: the kernel reports its changes).
         """
         watcher = self.watcher if trust_watches else None
-        await self._check(
-            [
-                (fetcher, queue, watcher is not None and watcher.watching(queue))
-                for fetcher in self.fetchers
-                for queue in list(fetcher.queues)
-            ],
-            due,
-        )
+        watched = watcher.watching if watcher is not None else lambda _queue: False
+        await self._check([(f, queue, watched(queue)) for f in self.fetchers for queue in list(f.queues)], due)
 
     async def check_tick(self) -> None:
         """One change check on a shared filesystem (every ``CHANGE_CHECK_SECONDS``): :meth:`rescan_changed` of
-        the indexed queues due at this tick, a bounded number of ``stat`` s whatever the number of queues.
-
-        Due at every tick: the queues a long poll waits on (``arrivals``) or a sender under a
-        capacity (``room``), so another host's send reaches a waiting receive within about one tick
-        plus the filesystem's attribute delay however many queues are indexed; and the queues whose
-        directory a check found changed in the last :data:`CHANGE_HOT_SECONDS` (busy queues). The
-        others take turns: the next :data:`CHANGE_CHECK_BATCH` of a round over every indexed queue
-        (listed when the last round ended), so an idle queue nobody waits on catches up with
-        another host's change within ``ceil(queues / CHANGE_CHECK_BATCH)`` ticks (10,000 queues:
-        50 s or more). Checking every indexed queue at every tick kept the FUSE client and the
-        bricks about a core busy at 1,000 idle queues, and the ticks came seconds apart
-        (docs/performance.md, "Many queues on a shared filesystem").
-        """
+        the indexed queues :class:`daemons._turns.CheckTurns` picks, a bounded number whatever the number of
+        queues (docs/api.md, "Long polling", states the resulting delays)."""
         now = asyncio.get_running_loop().time()
-        chosen = dict.fromkeys(self.arrivals)
-        chosen.update(dict.fromkeys(self.room))
-        for queue, at in list(self._hot.items()):
-            if now - at > CHANGE_HOT_SECONDS:
-                del self._hot[queue]
-            else:
-                chosen[queue] = None
-        if self._round_at >= len(self._round):
-            self._round = [queue for fetcher in self.fetchers for queue in fetcher.queues]
-            self._round_at = 0
-        end = self._round_at + CHANGE_CHECK_BATCH
-        chosen.update(dict.fromkeys(self._round[self._round_at : end]))
-        self._round_at = end
-        indexed = []
-        for queue in chosen:
-            fetcher = self.fetcher_for(queue)
-            if queue in fetcher.queues:
-                indexed.append((fetcher, queue, False))
-        await self._check(indexed, None, hot=now)
+        picked = self.turns.pick(
+            now, [*self.arrivals, *self.room], lambda: [q for fetcher in self.fetchers for q in fetcher.queues]
+        )
+        fetchers = [(self.fetcher_for(queue), queue) for queue in picked]
+        await self._check([(f, queue, False) for f, queue in fetchers if queue in f.queues], None, hot=now)
 
-    async def _check(
-        self,
-        indexed: list[tuple[Fetcher, QueueName, bool]],
-        due: Callable[[QueueName], bool] | None,
-        *,
-        hot: float | None = None,
-    ) -> None:
+    async def _check(self, indexed: list[tuple[Fetcher, QueueName, bool]], due: Due, *, hot: float = 0.0) -> None:
         """Rescan those of ``indexed`` (fetcher, queue, trust its watch) that are ``due`` or whose directory stamp
-        changed; with ``hot`` (the loop time), note the latter as changed then (:meth:`check_tick`)."""
+        changed; with ``hot`` (the loop time, > 0), note the latter as changed then (:meth:`check_tick`)."""
         if not indexed:
             return
 
@@ -643,8 +585,8 @@ class QueueStates:
 
         for i in await self._in(self.savers, changed):
             fetcher, queue, _ = indexed[i]
-            if hot is not None:
-                self._hot[queue] = hot
+            if hot:
+                self.turns.changed(queue, hot)
             await self._rescan_queue(fetcher, queue)
 
     async def _rescan_queue(self, fetcher: Fetcher, queue: QueueName) -> None:
