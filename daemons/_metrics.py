@@ -411,7 +411,8 @@ class BrokerCollector(Collector):
                 indexed[queue] = (len(state.index), state.index.oldest_sent_ms())
                 if current is not None and states.watcher is not None and states.watcher.watching(queue):
                     current.add(queue)  # before the redrive read: an event from now on takes it out again
-            scanned, delay, redrive = await asyncio.to_thread(self.cache.read, ordered, unindexed)
+            checked = states.checked_stamps if states.change_check_seconds else None
+            scanned, delay, redrive = await asyncio.to_thread(self.cache.read, ordered, unindexed, checked)
             label_of, gauges = self.counts.labels, self.gauges
             for queue in ordered:
                 counts = indexed.get(queue) or scanned.get(queue)

@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from daemons._handoff import Handoff
 from daemons._own import OwnNames
 from daemons._settings import Settings
+from daemons._turns import CheckTurns
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.fsinfo import dir_stamp, mount_of
@@ -54,6 +55,8 @@ WATCH_WINDOW_SECONDS = 0.005
 #: Seconds a rescan's comparison of a listing with the index (a saver) sleeps between chunks, so that the
 #: threads coming back from system calls get the GIL at once (:meth:`mqcore.index.IndexSnapshot.compare`).
 RESCAN_PAUSE_SECONDS = 0.002
+#: Queues to list whatever their stamp (a periodic rescan's turn), or None.
+Due = Callable[[QueueName], bool] | None
 #: (explicit attributes, created_ms, purged_before) of a queue: one read of ``.attributes`` and one of ``.purge``.
 Meta = tuple[dict[str, Any], int | None, MessageId | None]
 
@@ -151,6 +154,8 @@ class QueueStates:
         #: Seconds between change checks of indexed queues' directories (0 = off; see :meth:`rescan_changed`).
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
+        #: Which queues each change check looks at (a shared filesystem).
+        self.turns = CheckTurns()
         self._turn = 0
         #: The end of the current inotify window (None: the loop waits for the descriptor).
         self._window: asyncio.TimerHandle | None = None
@@ -160,6 +165,12 @@ class QueueStates:
         #: watched queue; any inotify event of its directory, a rescan that changed its index, an overflow or
         #: forgetting the queue takes it out (it is read again at the next scrape).
         self.metrics_current: set[str] = set()
+
+    @property
+    def checked_stamps(self) -> Mapping[QueueName, tuple[int, int, int] | None]:
+        """Queue -> its directory's stamp at its last listing (None: too recent to trust), unchanged at its last
+        change check since (:meth:`check_tick`, a shared filesystem). Read-only; any thread."""
+        return self._stamps
 
     def start(self) -> None:
         """Attach inotify to the loop and start the periodic rescan.
@@ -370,6 +381,7 @@ class QueueStates:
         self.fetcher_for(queue).queues.pop(queue, None)
         self.metrics_current.discard(queue)
         self._stamps.pop(queue, None)
+        self.turns.forget(queue)
         if self.watcher is not None:
             self.watcher.unwatch(queue)
         for signals in (self.arrivals, self.room):
@@ -467,11 +479,13 @@ class QueueStates:
                 break
             try:
                 if loop.time() >= next_full:
-                    # On a shared filesystem the attribute cache may hide another host's change from a stat.
-                    await self.rescan_all(everything=bool(self.change_check_seconds))
+                    if self.change_check_seconds:
+                        await self.relist_turn()
+                    else:
+                        await self.rescan_all(everything=False)
                     next_full = loop.time() + interval
                 else:
-                    await self.rescan_changed()
+                    await self.check_tick()
             except (MQError, OSError) as exc:  # OSError: e.g. ENOTCONN from a lost FUSE mount; retried next time
                 logger.error("rescan failed error=%s", exc)
 
@@ -505,11 +519,19 @@ class QueueStates:
                 for queue in list(fetcher.queues):
                     await self._rescan_queue(fetcher, queue)
             return
-        self._turn = (self._turn + 1) % FULL_RESCAN_TURNS
-        turn = self._turn
-        await self.rescan_changed(
-            lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn, trust_watches=True
-        )
+        await self.rescan_changed(self._next_turn(), trust_watches=True)
+
+    def _next_turn(self) -> Callable[[QueueName], bool]:
+        """Whether a queue is listed at this periodic rescan: one rescan in :data:`FULL_RESCAN_TURNS` (crc32)."""
+        self._turn = turn = (self._turn + 1) % FULL_RESCAN_TURNS
+        return lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn
+
+    async def relist_turn(self) -> None:
+        """Periodic rescan on a shared filesystem: list the queues whose turn it is (1 in :data:`FULL_RESCAN_TURNS`),
+        changed or not, under the change checks (listing all took longer than a rescan interval at 10,000 queues)."""
+        due = self._next_turn()
+        queues = [(fetcher, queue, False) for fetcher in self.fetchers for queue in list(fetcher.queues) if due(queue)]
+        await self._check(queues, lambda _queue: True)
 
     async def rescan_changed(
         self, due: Callable[[QueueName], bool] | None = None, *, trust_watches: bool = False
@@ -517,11 +539,11 @@ class QueueStates:
         """Rescan (as :meth:`rescan_all`) only the indexed queues whose directory changed since its last listing.
 
         On a shared filesystem inotify misses other hosts' sends, leases and
-        deletes; one ``stat`` per indexed queue every ``CHANGE_CHECK_SECONDS``
-        finds them (the directory's mtime changes with every entry added or
-        removed, docs/protocol.md section 13), so a message sent through
-        another host is delivered here within about that interval plus the
-        filesystem's attribute delay, instead of a ``--rescan-interval``.
+        deletes; a ``stat`` of a queue's directory finds them (its mtime changes
+        with every entry added or removed, docs/protocol.md section 13). The
+        change checks every ``CHANGE_CHECK_SECONDS`` take a bounded number of
+        those at each tick (:meth:`check_tick`); this method checks every
+        indexed queue at once (the periodic rescan on a local filesystem).
 
         Args:
             due: Queues to list whatever their stamp (the periodic rescan's
@@ -530,11 +552,23 @@ class QueueStates:
                 ``due`` (a local filesystem: the kernel reports its changes).
         """
         watcher = self.watcher if trust_watches else None
-        indexed = [
-            (fetcher, queue, watcher is not None and watcher.watching(queue))
-            for fetcher in self.fetchers
-            for queue in list(fetcher.queues)
-        ]
+        watched = watcher.watching if watcher is not None else lambda _queue: False
+        await self._check([(f, queue, watched(queue)) for f in self.fetchers for queue in list(f.queues)], due)
+
+    async def check_tick(self) -> None:
+        """One change check on a shared filesystem (every ``CHANGE_CHECK_SECONDS``): :meth:`rescan_changed` of
+        the indexed queues :class:`daemons._turns.CheckTurns` picks, a bounded number whatever the number of
+        queues (docs/api.md, "Long polling", states the resulting delays)."""
+        now = asyncio.get_running_loop().time()
+        picked = self.turns.pick(
+            now, [*self.arrivals, *self.room], lambda: [q for fetcher in self.fetchers for q in fetcher.queues]
+        )
+        fetchers = [(self.fetcher_for(queue), queue) for queue in picked]
+        await self._check([(f, queue, False) for f, queue in fetchers if queue in f.queues], None, hot=now)
+
+    async def _check(self, indexed: list[tuple[Fetcher, QueueName, bool]], due: Due, *, hot: float = 0.0) -> None:
+        """Rescan those of ``indexed`` (fetcher, queue, trust its watch) that are ``due`` or whose directory stamp
+        changed; with ``hot`` (the loop time, > 0), note the latter as changed then (:meth:`check_tick`)."""
         if not indexed:
             return
 
@@ -556,7 +590,10 @@ class QueueStates:
             return out
 
         for i in await self._in(self.savers, changed):
-            await self._rescan_queue(*indexed[i][:2])
+            fetcher, queue, _ = indexed[i]
+            if hot:
+                self.turns.changed(queue, hot)
+            await self._rescan_queue(fetcher, queue)
 
     async def _rescan_queue(self, fetcher: Fetcher, queue: QueueName) -> None:
         listed = fetcher.queues.get(queue)

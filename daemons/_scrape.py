@@ -23,7 +23,7 @@ may have changed since the last one:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -136,18 +136,30 @@ class ScrapeCache:
         self._queues = {queue: entry for queue, entry in self._queues.items() if queue in queues}
 
     def read(
-        self, queues: Sequence[str], unindexed: set[str]
+        self,
+        queues: Sequence[str],
+        unindexed: set[str],
+        checked: Mapping[Any, tuple[int, int, int] | None] | None = None,
     ) -> tuple[dict[str, tuple[int, int | None]], dict[Any, tuple[int, int]], dict[str, Redrive | None]]:
         """(ready counts and oldest send ms of the ``unindexed`` queues, ``count_delay()``, redrive of ``queues``).
 
         Only ``queues`` are looked at (a ``stat`` each, and a read only if the stamp changed); a
-        redrive status is None for a queue without a ``.redrive``.
+        redrive status is None for a queue without a ``.redrive``. ``checked``: queue -> its
+        directory's stamp as the change checks last saw it (``QueueStates.checked_stamps``, a shared
+        filesystem): an indexed queue with a stamp there is not ``stat`` ed again, so its redrive
+        status is as fresh as those checks (docs/api.md).
         """
         store, cached = self.store, self._queues
         scanned: dict[str, tuple[int, int | None]] = {}
         redrive: dict[str, Redrive | None] = {}
+        taken = time.time_ns()
         for queue in queues:
-            stamp, trusted = _stamp(store.layout.queue_dir(queue))  # type: ignore[arg-type]
+            known = checked.get(queue) if checked is not None and queue not in unindexed else None
+            stamp: tuple[int, int, int] | None
+            if known is not None:
+                stamp, trusted = known, known[1] < taken - RACY_NS  # the reads below come after ``taken``
+            else:
+                stamp, trusted = _stamp(store.layout.queue_dir(queue))  # type: ignore[arg-type]
             entry = cached.get(queue)
             if entry is not None and entry[1] and stamp is not None and entry[0] == stamp:
                 status, counts = entry[2], entry[3]
