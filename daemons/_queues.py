@@ -46,8 +46,6 @@ MAX_CACHED_QUEUE_NAMES = 100_000
 CHANGE_CHECK_SECONDS = 0.05
 #: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
 RECENT_CHANGE_NS = 200_000_000
-#: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name; 5 min at 10 s).
-FULL_RESCAN_TURNS = 30
 #: Seconds inotify events of the queue directories gather before one read, while other processes keep changing
 #: them (mq-mover's redeliveries, other daemons' and clients' sends, leases and deletes): one wake of the loop per
 #: window instead of one per rename (this daemon's own leases are departures too). See :meth:`QueueStates.start`.
@@ -156,7 +154,6 @@ class QueueStates:
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
         #: Which queues each change check looks at (a shared filesystem).
         self.turns = CheckTurns()
-        self._turn = 0
         #: The end of the current inotify window (None: the loop waits for the descriptor).
         self._window: asyncio.TimerHandle | None = None
         #: The ready names this daemon's sends publish into watched queues (daemons/_own.py).
@@ -281,10 +278,6 @@ class QueueStates:
         explicit, created_ms = self.store.queue_settings(queue)
         return explicit, created_ms, self.store.purged_before(queue)
 
-    def _list_and_read(self, queue: QueueName) -> tuple[Listing, Meta]:
-        names, meta = self._list_names(queue)
-        return Listing(names), meta
-
     def _list_names(self, queue: QueueName) -> tuple[list[str], Meta]:
         # Stamp first: a change during the listing changes the stamp again, and is listed next time.
         with contextlib.suppress(OSError):
@@ -296,13 +289,13 @@ class QueueStates:
         return self.store.list_queue_dir(queue), self.read_meta(queue)
 
     def _list_and_index(self, queue: QueueName) -> tuple[ReadyIndex, Meta]:
-        """:meth:`_list_and_read` and the index built from the listing, all on the calling (fetcher) thread.
+        """:meth:`_list_names` and the index built from the listing, all on the calling (fetcher) thread.
 
         With 1,000,000 ready messages the build takes about 2 s of CPU (loaded machine):
         off the event loop, other queues are served meanwhile (issue 12).
         """
-        listing, meta = self._list_and_read(queue)
-        return ReadyIndex(listing), meta
+        names, meta = self._list_names(queue)
+        return ReadyIndex(Listing(names)), meta
 
     def apply_meta(
         self, queue: QueueName, state: QueueState, meta: tuple[dict[str, Any], int | None, MessageId | None]
@@ -519,17 +512,12 @@ class QueueStates:
                 for queue in list(fetcher.queues):
                     await self._rescan_queue(fetcher, queue)
             return
-        await self.rescan_changed(self._next_turn(), trust_watches=True)
-
-    def _next_turn(self) -> Callable[[QueueName], bool]:
-        """Whether a queue is listed at this periodic rescan: one rescan in :data:`FULL_RESCAN_TURNS` (crc32)."""
-        self._turn = turn = (self._turn + 1) % FULL_RESCAN_TURNS
-        return lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn
+        await self.rescan_changed(self.turns.next_relist(), trust_watches=True)
 
     async def relist_turn(self) -> None:
         """Periodic rescan on a shared filesystem: list the queues whose turn it is (1 in :data:`FULL_RESCAN_TURNS`),
         changed or not, under the change checks (listing all took longer than a rescan interval at 10,000 queues)."""
-        due = self._next_turn()
+        due = self.turns.next_relist()
         queues = [(fetcher, queue, False) for fetcher in self.fetchers for queue in list(fetcher.queues) if due(queue)]
         await self._check(queues, lambda _queue: True)
 

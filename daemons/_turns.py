@@ -10,10 +10,13 @@ shared filesystem"). :class:`CheckTurns` picks a bounded set per tick instead.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable
 
 from mqcore.names import QueueName
 
+#: The periodic rescan lists an unchanged queue once in this many rescans (its turn: crc32 of its name; 5 min at 10 s).
+FULL_RESCAN_TURNS = 30
 #: Most queue directories one change check ``stat``s besides the queues checked at every tick (waited on, or
 #: changed lately): the others take turns, so an idle queue nobody waits on is checked at least every
 #: ``ceil(idle queues / CHANGE_CHECK_BATCH)`` ticks (1,000 queues: 100 ticks, >= 5 s; 10,000: >= 50 s).
@@ -38,6 +41,14 @@ class CheckTurns:
         #: The indexed queues as of the start of the current round, and the next one's position in it.
         self._round: list[QueueName] = []
         self._round_at = 0
+        #: The periodic rescan's turn, 0 to FULL_RESCAN_TURNS - 1 (:meth:`next_relist`).
+        self._relist_turn = 0
+
+    def next_relist(self) -> Callable[[QueueName], bool]:
+        """Whether a queue is listed, changed or not, at this periodic rescan: one rescan in
+        :data:`FULL_RESCAN_TURNS` lists it (its turn: the crc32 of its name). Called once per rescan."""
+        self._relist_turn = turn = (self._relist_turn + 1) % FULL_RESCAN_TURNS
+        return lambda queue: zlib.crc32(queue.encode()) % FULL_RESCAN_TURNS == turn
 
     def pick(self, now: float, waited: Iterable[QueueName], indexed: Callable[[], list[QueueName]]) -> list[QueueName]:
         """The queues to check at loop time ``now`` (s): ``waited`` first, then the busy ones, then the next turns.
