@@ -403,6 +403,8 @@ class Broker:
         if not out and check_exists and not await self._queue_exists_now(fetcher.thread, queue):
             self.queues.forget_queue(queue)
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
+        if not out and self.queues.change_check_seconds:  # shared filesystem: a consumer polls it, check it closely
+            self.queues.turns.asked(queue, asyncio.get_running_loop().time())
         messages = list(out.values())
         self.leases.memory.received(*messages)
         self.counts.add("received", queue, len(messages))

@@ -30,9 +30,9 @@ class CheckTurns:
 
     Due at every tick: the queues someone waits on (a long poll, or a send under a capacity: another
     host's send then reaches a waiting receive within about one tick plus the filesystem's own delay,
-    however many queues are indexed) and those a check found changed in the last
-    :data:`CHANGE_HOT_SECONDS`. The others take turns: the next :data:`CHANGE_CHECK_BATCH` of a round
-    over every indexed queue (listed when the last round ended).
+    however many queues are indexed) and those a check found changed, or a receive found empty
+    (:meth:`asked`), in the last :data:`CHANGE_HOT_SECONDS`. The others take turns: the next
+    :data:`CHANGE_CHECK_BATCH` of a round over every indexed queue (listed when the last round ended).
     """
 
     def __init__(self) -> None:
@@ -73,6 +73,15 @@ class CheckTurns:
 
     def changed(self, queue: QueueName, now: float) -> None:
         """A check found ``queue``'s directory changed at loop time ``now``: check it at every tick for a while."""
+        self._hot[queue] = now
+
+    def asked(self, queue: QueueName, now: float) -> None:
+        """A receive found ``queue`` empty at loop time ``now``: check it at every tick for a while, as a changed one.
+
+        A short-polling consumer then sees another host's send within about one tick of its next poll (not a
+        whole round of turns: 50 s at 10,000 queues) while it keeps polling at least every
+        :data:`CHANGE_HOT_SECONDS`.
+        """
         self._hot[queue] = now
 
     def forget(self, queue: QueueName) -> None:
