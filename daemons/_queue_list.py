@@ -6,9 +6,9 @@ than at 10 (issue 12). :class:`QueueNames` keeps the sorted list with the
 directory's change stamp (:func:`mqcore.fsinfo.dir_stamp`: one ``stat``) and
 lists again only when the stamp changed, which any process or host creating
 or deleting a queue causes (POSIX: a directory's mtime changes with each
-entry added or removed, docs/protocol.md section 13). While the mtime is
-within the kernel's coarse clock of now, a later change could leave it equal,
-so the list is not trusted then (as :mod:`daemons._queues` does for queues).
+entry added or removed, docs/protocol.md section 13). A stamp that is not
+settled (:func:`mqcore.fsinfo.settled_dir_stamp`) could hide a later change,
+so the list is not kept then (the one rule of every stamp-keyed cache in mq).
 
 A page of ``GET /`` (at most 1,000 names, ~21 KB of JSON) is encoded once per
 version of the list and answered as a copy of those bytes while the list is
@@ -21,10 +21,8 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-import time
 
-from daemons._queues import RECENT_CHANGE_NS
-from mqcore.fsinfo import dir_stamp
+from mqcore.fsinfo import settled_dir_stamp
 from mqcore.names import QueueName
 from mqcore.protocol import Store
 
@@ -116,7 +114,7 @@ class QueueNames:
         path = self.store.layout.queues
         with self._lock:
             try:
-                stamp = dir_stamp(path)
+                stamp, settled = settled_dir_stamp(path)
             except OSError:
                 self._cached = None
                 return self.store.list_queues()
@@ -124,7 +122,6 @@ class QueueNames:
             if cached is not None and cached[0] == stamp:
                 return cached[1]
             every = self.store.list_queues()
-            # A change right after this listing may leave the mtime equal while it is this recent: list again then.
-            recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
-            self._cached = None if recent else (stamp, every)
+            # A change right after this listing may leave an unsettled stamp equal: list again then.
+            self._cached = (stamp, every) if settled else None
             return every

@@ -29,7 +29,7 @@ from daemons._settings import Settings
 from daemons._turns import CheckTurns
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
-from mqcore.fsinfo import dir_stamp, mount_of
+from mqcore.fsinfo import dir_stamp, mount_of, settled_dir_stamp
 from mqcore.index import Listing, ReadyIndex, RescanDiff
 from mqcore.names import ATTRIBUTES_FILE, PURGE_FILE, MessageId, QueueName
 from mqcore.protocol import LeasePolicy, Store
@@ -44,8 +44,6 @@ T = TypeVar("T")
 MAX_CACHED_QUEUE_NAMES = 100_000
 #: Seconds between the cheap change checks of indexed queues on a shared filesystem (docs/cluster.md).
 CHANGE_CHECK_SECONDS = 0.05
-#: A directory mtime this close to now (ns, either way: hosts' clocks differ) may hide a later change in the same tick.
-RECENT_CHANGE_NS = 200_000_000
 #: Seconds inotify events of the queue directories gather before one read, while other processes keep changing
 #: them (mq-mover's redeliveries, other daemons' and clients' sends, leases and deletes): one wake of the loop per
 #: window instead of one per rename (this daemon's own leases are departures too). See :meth:`QueueStates.start`.
@@ -281,11 +279,9 @@ class QueueStates:
     def _list_names(self, queue: QueueName) -> tuple[list[str], Meta]:
         # Stamp first: a change during the listing changes the stamp again, and is listed next time.
         with contextlib.suppress(OSError):
-            stamp = dir_stamp(self.store.layout.queue_dir(queue))
-            # A directory's mtime has the granularity of the kernel's coarse clock (a few ms): a change right
-            # after this stamp may leave it equal. While the mtime is recent, list again at the next check.
-            recent = abs(time.time_ns() - stamp[1]) < RECENT_CHANGE_NS
-            self._stamps[queue] = None if recent else stamp
+            # A change right after an unsettled stamp may leave it equal: keep None, list again at the next check.
+            stamp, settled = settled_dir_stamp(self.store.layout.queue_dir(queue))
+            self._stamps[queue] = stamp if settled else None
         return self.store.list_queue_dir(queue), self.read_meta(queue)
 
     def _list_and_index(self, queue: QueueName) -> tuple[ReadyIndex, Meta]:

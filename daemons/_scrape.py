@@ -22,14 +22,13 @@ may have changed since the last one:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from mqcore.fsinfo import dir_stamp
+from mqcore.fsinfo import settled_dir_stamp
 from mqcore.names import QueueName, parse_ready_name, sent_ms_of
 from mqcore.protocol import Store
 
@@ -37,10 +36,6 @@ _T = TypeVar("_T")
 
 #: The label value that sums every queue past the limit (``--metrics-max-queues``).
 OTHER = "_other"
-
-#: A directory stamp whose mtime is less than this many ns older than the ``stat`` that took it is not trusted:
-#: a change in the same timestamp tick (or on a host whose clock is a little behind) may leave the mtime as it was.
-RACY_NS = 2_000_000_000
 
 #: A redrive status as read from ``.redrive``: (moved, skipped, state, updated_ms).
 Redrive = tuple[int, int, str, int]
@@ -88,13 +83,11 @@ def _scan_one(store: Store, queue: str) -> tuple[int, int | None] | None:
 
 
 def _stamp(path: str) -> tuple[tuple[int, int, int] | None, bool]:
-    """(:func:`mqcore.fsinfo.dir_stamp` of ``path`` or None if unreadable, whether it can be trusted next time)."""
-    taken = time.time_ns()
+    """(:func:`mqcore.fsinfo.settled_dir_stamp` of ``path``, or (None, False) if it is unreadable)."""
     try:
-        stamp = dir_stamp(path)
+        return settled_dir_stamp(path)
     except OSError:
         return None, False
-    return stamp, stamp[1] < taken - RACY_NS
 
 
 class ScrapeCache:
@@ -103,7 +96,8 @@ class ScrapeCache:
     A queue directory's mtime changes with every ready file renamed in or out and with a new
     ``.redrive`` (replaced by rename), through any process or host, so an unchanged
     :func:`~mqcore.fsinfo.dir_stamp` means its ready names and redrive status are as last read;
-    a stamp taken within :data:`RACY_NS` of its mtime is never reused. Worker thread only.
+    a stamp that was not settled when taken (:func:`~mqcore.fsinfo.settled_dir_stamp`) is never
+    reused. Worker thread only.
 
     Args:
         store: The store whose directories are read.
@@ -152,12 +146,11 @@ class ScrapeCache:
         store, cached = self.store, self._queues
         scanned: dict[str, tuple[int, int | None]] = {}
         redrive: dict[str, Redrive | None] = {}
-        taken = time.time_ns()
         for queue in queues:
             known = checked.get(queue) if checked is not None and queue not in unindexed else None
             stamp: tuple[int, int, int] | None
             if known is not None:
-                stamp, trusted = known, known[1] < taken - RACY_NS  # the reads below come after ``taken``
+                stamp, trusted = known, True  # kept only if settled at its listing (QueueStates._list_names)
             else:
                 stamp, trusted = _stamp(store.layout.queue_dir(queue))  # type: ignore[arg-type]
             entry = cached.get(queue)

@@ -177,6 +177,29 @@ def dir_stamp(path: str | os.PathLike[str]) -> tuple[int, int, int]:
     return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
+#: A directory stamp is trusted only if its mtime is at least this many ns older than the clock reading taken just
+#: before its ``stat``: the kernel's coarse clock ticks every few ms, so a change in the same tick as the stamp may
+#: leave it equal, and on a shared filesystem the host that made the change may have a clock this far ahead of ours
+#: (docs/protocol.md 13.4).
+SETTLE_NS = 200_000_000
+
+
+def settled_dir_stamp(path: str | os.PathLike[str]) -> tuple[tuple[int, int, int], bool]:
+    """(:func:`dir_stamp` of ``path``, whether it is settled: its mtime at least :data:`SETTLE_NS` older than now).
+
+    A cache kept against a directory's stamp may be reused while the stamp is unchanged only if it was
+    settled when read: otherwise a change in the same clock tick (or made by a host whose clock is ahead,
+    within :data:`SETTLE_NS`) could leave the stamp equal. An mtime in the future of this host's clock is
+    never settled. The one rule of every such cache in mq (queue listings, ``GET /``, ``GET /metrics``).
+
+    Raises:
+        OSError: ``stat`` failed (``ENOENT``: the directory is gone).
+    """
+    taken = time.time_ns()
+    stamp = dir_stamp(path)
+    return stamp, stamp[1] < taken - SETTLE_NS
+
+
 #: Volume options a GlusterFS volume needs for "every 201 survives a brick crash" (docs/protocol.md 13.1).
 GLUSTER_REQUIRED_OPTIONS = (
     "performance.write-behind off",

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from mqcore.fsinfo import (
+    SETTLE_NS,
     DirtyMeter,
     MountInfo,
     dir_stamp,
@@ -15,6 +16,7 @@ from mqcore.fsinfo import (
     journal_warning,
     mount_of,
     read_dirty,
+    settled_dir_stamp,
     shared_warning,
 )
 
@@ -58,6 +60,26 @@ def test_a_directory_stamp_changes_with_every_entry_added_or_removed(tmp_path):
     os.rename(tmp_path / "a", tmp_path / "b")
     renamed = dir_stamp(tmp_path)
     assert len({before, added, renamed}) == 3
+
+
+def test_a_stamp_is_settled_only_once_its_mtime_is_older_than_the_settle_margin(tmp_path):
+    """A cache keyed by a directory's stamp may be kept only if a later change cannot leave the stamp equal."""
+    before = time.time_ns()
+    (tmp_path / "a").write_bytes(b"")
+    stamp, settled = settled_dir_stamp(tmp_path)
+    assert stamp == dir_stamp(tmp_path)
+    if time.time_ns() - before < SETTLE_NS:  # not preempted for the whole margin on a loaded machine
+        assert not settled  # changed just now: a change in the same clock tick would leave the stamp equal
+
+    now = time.time_ns()
+    os.utime(tmp_path, ns=(now, now - 2 * SETTLE_NS))
+    assert settled_dir_stamp(tmp_path)[1]
+
+    os.utime(tmp_path, ns=(now, now + 60 * 10**9))  # set by a host whose clock is a minute ahead
+    assert not settled_dir_stamp(tmp_path)[1]
+
+    with pytest.raises(FileNotFoundError):
+        settled_dir_stamp(tmp_path / "gone")
 
 
 def test_a_lease_checks_its_rename_only_where_a_rename_may_report_success_without_renaming(tmp_path):
