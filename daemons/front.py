@@ -225,7 +225,7 @@ async def serve(
         refusals=broker.refusals,
         connections=runner.wire if tls is None else None,  # with TLS every connection is aiohttp's
         ssl_context=tls,
-        shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
+        shutdown_timeout=min(SHUTDOWN_TIMEOUT_SECONDS, settings.stop_timeout_seconds / 2),
         backlog=1024,
     )
     try:
@@ -389,6 +389,7 @@ def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) ->
     help="mq processes serving the port (SO_REUSEPORT), or auto = one per usable CPU (docs/api.md).",
 )
 @_runtime.log_level_option
+@_runtime.stop_timeout_option
 @click.option(
     "--access-log/--no-access-log",
     default=False,
@@ -470,10 +471,12 @@ def cli(ctx: click.Context, /, **values: Any) -> int:
         processes=values["processes"],
         inline_io=values["inline_io"],
         file_sync=values["file_sync"],
+        stop_timeout_seconds=values["stop_timeout"],
     )
-    if settings.processes > 1:
-        return _runtime.run(lambda: _processes.supervise(settings))
-    return _runtime.run(lambda: serve(settings))
+    if settings.processes > 1:  # the supervisor waits for its workers' own bound, then its margin
+        bound = settings.stop_timeout_seconds + _processes.STOP_MARGIN_SECONDS
+        return _runtime.run(lambda: _processes.supervise(settings), stop_timeout_seconds=bound, root=settings.root)
+    return _runtime.run(lambda: serve(settings), stop_timeout_seconds=settings.stop_timeout_seconds, root=settings.root)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,7 @@ from daemons._runtime import (
     config_option,
     log_level_option,
     root_option,
+    stop_timeout_option,
 )
 from daemons._watched import WatchedDirDaemon, console_main, run_cli, serve_daemon
 from mqcore.errors import MQError, QueueNotFound
@@ -443,6 +444,7 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
 )
 @metrics_options("MQ_MOVER")
 @log_level_option
+@stop_timeout_option
 @click.pass_context
 def cli(ctx: click.Context, /, rescan_interval: float, **common: object) -> int:
     """The command; ``common``: the options of every daemon, read by ``run_cli`` from ``ctx``."""

@@ -64,6 +64,7 @@ from daemons._runtime import (
     config_option,
     log_level_option,
     root_option,
+    stop_timeout_option,
     wait_for_wake,
 )
 from daemons._watched import WatchedDirDaemon, console_main, run_cli, serve_daemon
@@ -527,6 +528,7 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
 )
 @metrics_options("MQ_REAPER")
 @log_level_option
+@stop_timeout_option
 @click.pass_context
 def cli(
     ctx: click.Context, /, new_grace: float, rescan_interval: float, expire_interval: float, **common: object
