@@ -231,7 +231,23 @@ class StopGuard:
                 handler.flush()
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
+        _close_sockets()
         os._exit(EXIT_STUCK)
+
+
+def _close_sockets() -> None:
+    """Close this process's sockets (the listening port first of all).
+
+    A thread in a FUSE request the client had already read waits uninterruptibly: the process cannot
+    finish exiting, SIGKILL included, until the client answers, and its open files stay open until then.
+    Closing the sockets now frees the port for a new mq at once. Files are left alone: closing one on
+    the stuck filesystem would block here too (FUSE's flush).
+    """
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError, ValueError):
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    os.close(int(name))
 
 
 def forward_signals(on_signal: Callable[[signal.Signals], None]) -> None:
