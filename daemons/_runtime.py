@@ -134,18 +134,22 @@ def log_level_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def stop_timeout_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``--stop-timeout SECONDS`` option of every daemon (env ``MQ_STOP_TIMEOUT``, config key ``stop-timeout``)."""
+def stop_timeout_option(default: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--stop-timeout SECONDS`` option of every daemon (env ``MQ_STOP_TIMEOUT``, config key ``stop-timeout``).
+
+    Args:
+        default: The daemon's default, below its systemd unit's ``TimeoutStopSec`` (systemd/).
+    """
     return click.option(
         "--stop-timeout",
         type=float,
         envvar="MQ_STOP_TIMEOUT",
-        default=DEFAULT_STOP_TIMEOUT_SECONDS,
+        default=default,
         show_default=True,
         show_envvar=True,
         help="Seconds after SIGTERM/SIGINT within which the daemon exits even if a thread is stuck in the "
         "filesystem (it then logs which and exits 69; keep it below systemd's TimeoutStopSec).",
-    )(fn)
+    )
 
 
 def log_sources(ctx: click.Context, values: dict[str, Any]) -> None:

@@ -41,8 +41,12 @@ logger = logging.getLogger("mq.runtime")
 
 #: Exit code of a stop cut short by the guard (sysexits.h EX_UNAVAILABLE: the filesystem did not answer).
 EXIT_STUCK = 69
-#: Default of ``--stop-timeout`` in seconds: below every unit's ``TimeoutStopSec`` (systemd/, 20-60 s).
-DEFAULT_STOP_TIMEOUT_SECONDS = 10.0
+#: Default of ``--stop-timeout`` in seconds for mq, 5 s below its unit's ``TimeoutStopSec`` (systemd/mq.service).
+DEFAULT_STOP_TIMEOUT_SECONDS = 15.0
+#: mq-mover's default (its unit: TimeoutStopSec=30).
+MOVER_STOP_TIMEOUT_SECONDS = 25.0
+#: mq-reaper's default (its unit: TimeoutStopSec=60; an expiry sweep finishes the queue it lists).
+REAPER_STOP_TIMEOUT_SECONDS = 50.0
 #: Seconds between two looks at the threads while a stop is under way (how long a call was seen stuck).
 SAMPLE_SECONDS = 0.5
 #: The stop signals.

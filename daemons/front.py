@@ -81,6 +81,7 @@ from daemons._savers import FILE_SYNC_MODES
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
 from daemons._sqs_auth import IGNORED_CREDENTIALS
+from daemons._stopguard import DEFAULT_STOP_TIMEOUT_SECONDS
 from mqcore.errors import ConfigError
 from mqcore.fsinfo import journal_warning, shared_warning
 
@@ -389,7 +390,7 @@ def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) ->
     help="mq processes serving the port (SO_REUSEPORT), or auto = one per usable CPU (docs/api.md).",
 )
 @_runtime.log_level_option
-@_runtime.stop_timeout_option
+@_runtime.stop_timeout_option(DEFAULT_STOP_TIMEOUT_SECONDS)
 @click.option(
     "--access-log/--no-access-log",
     default=False,
