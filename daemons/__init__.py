@@ -27,9 +27,12 @@ def stop_early_on_signals() -> None:
     Before a daemon is ready it has nothing to finish: every step of the protocol may be cut
     at any point (docs/protocol.md section 12), so exiting 0 at once (``os._exit``) from wherever
     the signal lands is a clean stop. Main thread only (where Python runs signal handlers).
+    The signals are unblocked too: a daemon started by another (``mq --processes``, mq-stack) inherits
+    its parent's mask, in which ``daemons._stopguard.forward_signals`` blocked them.
     """
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_early)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
 def _exit_early(signum: int, frame: FrameType | None) -> None:

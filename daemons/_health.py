@@ -1,10 +1,16 @@
 """Health of the ``mq`` daemon: ``GET /healthz``, ``GET /readyz`` and the free-space floor of sends.
 
-``/healthz`` answers 200 while the event loop runs (liveness). ``/readyz``
+``/healthz`` (liveness) answers 200 while the event loop runs and the root's filesystem answers a
+``stat`` of the root within :data:`PROBE_DEADLINE_SECONDS`; while it does not (a GlusterFS FUSE
+client or an NFS server that stopped answering: every request that touches the files hangs), 503
+``filesystem_stalled`` naming the call that waits, for how long, and the threads blocked in the
+filesystem (:func:`daemons._stopguard.blocked_threads`). ``/readyz``
 (readiness) checks the root: it is writable, a probe file is written,
 fsynced and unlinked within :data:`PROBE_DEADLINE_SECONDS`, and the free
 bytes of its filesystem are above ``--min-free-bytes`` (and free inodes above
-0). Any failed check gives 503 with the check's name.
+0). Any failed check gives 503 with the check's name. Every probe runs on the probe thread, never
+on the event loop (a hung filesystem must not hang the loop), one at a time: while one hangs, the
+next request answers 503 at once.
 
 Sends are refused with 507 ``insufficient_storage`` + Retry-After while the
 free bytes are below ``--min-free-bytes`` (> 0), before the disk is actually
@@ -16,6 +22,7 @@ The free space is read with ``statvfs`` at most every
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import time
@@ -24,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemons._stopguard import blocked_threads
 from mqcore.errors import InsufficientStorage
 
 #: Longest a readiness probe (write, fsync, unlink of a small file in the root) may take, in seconds.
@@ -60,7 +68,9 @@ class Health:
         self._next_read = 0.0
         self._below: int | None = None
         self._probe_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mq-readyz")
-        self._probe: asyncio.Future[None] | None = None
+        self._probe: asyncio.Future[Any] | None = None
+        self._probe_started = 0.0
+        self._probe_name = ""
         self._numbers = itertools.count()
         #: Conditions readiness does not fail on but an operator must see (e.g. a root on ext4 without a
         #: journal, :func:`mqcore.fsinfo.journal_warning`): ``warnings`` of every ``/readyz`` answer.
@@ -103,11 +113,15 @@ class Health:
         finally:
             os.unlink(path)
 
-    async def checks(self) -> dict[str, dict[str, Any]]:
-        """Run every readiness check; ``{name: {"ok": bool, ...facts}}`` for writable, probe, free_space."""
-        out: dict[str, dict[str, Any]] = {}
-        out["writable"] = {"ok": os.access(self.root, os.W_OK | os.X_OK)}
-        out["probe"] = await self._run_probe()
+    def _readiness(self) -> dict[str, dict[str, Any]]:
+        """The readiness checks' file work (on the probe thread)."""
+        out: dict[str, dict[str, Any]] = {"writable": {"ok": os.access(self.root, os.W_OK | os.X_OK)}}
+        started = time.perf_counter()
+        try:
+            self._write_probe()
+            out["probe"] = {"ok": True, "seconds": round(time.perf_counter() - started, 6)}
+        except OSError as exc:
+            out["probe"] = {"ok": False, "error": f"write + fsync failed: {exc.strerror or exc}"}
         try:
             free, inodes = free_space(self.root)
             out["free_space"] = {
@@ -120,26 +134,62 @@ class Health:
             out["free_space"] = {"ok": False, "error": exc.strerror or str(exc)}
         return out
 
-    async def _run_probe(self) -> dict[str, Any]:
+    def _answers(self) -> bool:
+        """True once a ``stat`` of the root returned, with an error too (a lost mount answers ENOTCONN at once)."""
+        with contextlib.suppress(OSError):
+            os.stat(self.root)
+        return True
+
+    async def checks(self) -> dict[str, dict[str, Any]]:
+        """Run every readiness check; ``{name: {"ok": bool, ...facts}}`` for writable, probe, free_space.
+
+        A probe that has not answered within :data:`PROBE_DEADLINE_SECONDS` (or one still running from before)
+        gives ``{"stalled": {"ok": False, "error": ..., "seconds": ...}}`` instead.
+        """
+        result = await self._run_probe("write + fsync of a probe file in the root", self._readiness)
+        return result if isinstance(result, dict) else {"stalled": self.stall()}
+
+    async def _run_probe(self, name: str, fn: Any) -> Any:
+        """``fn()`` on the probe thread within the deadline; None if it (or the one before) did not answer."""
         if self._probe is not None and not self._probe.done():
-            return {"ok": False, "error": "the previous probe has not finished (storage hung?)"}
-        started = time.perf_counter()
-        self._probe = asyncio.get_running_loop().run_in_executor(self._probe_thread, self._write_probe)
+            return None
+        self._probe_started, self._probe_name = time.monotonic(), name
+        self._probe = asyncio.get_running_loop().run_in_executor(self._probe_thread, fn)
         try:
-            await asyncio.wait_for(asyncio.shield(self._probe), PROBE_DEADLINE_SECONDS)
+            return await asyncio.wait_for(asyncio.shield(self._probe), PROBE_DEADLINE_SECONDS)
         except TimeoutError:
-            return {"ok": False, "error": f"write + fsync took over {PROBE_DEADLINE_SECONDS} s"}
-        except OSError as exc:
-            return {"ok": False, "error": f"write + fsync failed: {exc.strerror or exc}"}
-        return {"ok": True, "seconds": round(time.perf_counter() - started, 6)}
+            return None
+
+    def stall(self) -> dict[str, Any]:
+        """What hangs while a probe is outstanding: the probe, its age in seconds, the threads blocked in files."""
+        seconds = time.monotonic() - self._probe_started
+        threads = [b.text() for b in blocked_threads(self.root).values()]
+        return {
+            "ok": False,
+            "error": f"the root's filesystem has not answered a {self._probe_name} for {seconds:.0f} s",
+            "seconds": round(seconds, 1),
+            "blocked_threads": threads,
+        }
 
     def close(self) -> None:
         """Stop the probe thread (does not wait for a hung probe)."""
         self._probe_thread.shutdown(wait=False)
 
     async def healthz(self, request: web.Request) -> web.Response:
-        """``GET /healthz``: 200 ``{"status": "ok"}`` while the process serves."""
-        return web.json_response({"status": "ok"})
+        """``GET /healthz``: 200 ``{"status": "ok"}`` while the process serves and its root's filesystem answers.
+
+        503 ``{"error": "filesystem_stalled", "message", "details": {"seconds", "blocked_threads"}}`` (and
+        Retry-After) while a ``stat`` of the root (or an earlier probe) has not answered within
+        :data:`PROBE_DEADLINE_SECONDS`.
+        """
+        if await self._run_probe("stat of the root", self._answers) is not None:
+            return web.json_response({"status": "ok"})
+        stall = self.stall()
+        return web.json_response(
+            {"error": "filesystem_stalled", "message": stall["error"], "details": stall},
+            status=503,
+            headers={"Retry-After": str(FLOOR_RETRY_AFTER_SECONDS)},
+        )
 
     async def readyz(self, request: web.Request) -> web.Response:
         """``GET /readyz``: 200 when every check passes, else 503 ``{"error": "not_ready", "failed": [...]}``.

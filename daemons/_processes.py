@@ -86,8 +86,9 @@ RESTART_DELAY_SECONDS = 0.5
 #: More worker deaths than this within RESTART_WINDOW_SECONDS stop the supervisor (exit 70).
 MAX_RESTARTS = 5
 RESTART_WINDOW_SECONDS = 60.0
-#: Seconds a stopping worker may take (its own SHUTDOWN_TIMEOUT_SECONDS of 5 s, plus closing) before SIGKILL.
-STOP_TIMEOUT_SECONDS = 15.0
+#: Seconds the supervisor's own stop bound exceeds its workers' ``--stop-timeout``: a worker exits (69 if stuck in
+#: the filesystem) within its bound, one still there a second later is killed (SIGKILL).
+STOP_MARGIN_SECONDS = 3.0
 #: The file of the supervisor's directory where the workers share their newest acknowledged id (daemons._idorder).
 ACKED_FILE = "acked"
 #: ``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h).
@@ -261,7 +262,9 @@ def run_worker(serve: Callable[..., Awaitable[int]], settings: Settings, link: W
     """
     _runtime.setup_logging(settings.log_level, prefix=f"{link.name} ")
     try:
-        return _runtime.run(lambda: serve(settings, link=link))
+        return _runtime.run(
+            lambda: serve(settings, link=link), stop_timeout_seconds=settings.stop_timeout_seconds, root=settings.root
+        )
     except ConfigError as exc:
         logger.error("config error: %s", exc.message)
         return _runtime.EXIT_CONFIG
@@ -489,20 +492,21 @@ class Supervisor:
                     worker.proc.send_signal(sig)
 
     async def _stop_all(self) -> int:
-        """SIGTERM every worker and wait for all (SIGKILL after STOP_TIMEOUT_SECONDS); 0 if all stopped cleanly."""
+        """SIGTERM every worker and wait (SIGKILL a second after their ``--stop-timeout``); 0 if all stopped cleanly."""
         self.stopping = True
         running = {w for w in self.workers if w.proc is not None and w.proc.returncode is None}
         self._signal_all(signal.SIGTERM)
         code = _runtime.EXIT_OK
         clean = (0, -signal.SIGTERM, -signal.SIGINT)  # a worker killed by SIGTERM before it set up its handlers
+        wait = self.settings.stop_timeout_seconds + 1  # a worker stuck in the filesystem exits 69 at its own bound
         for worker in self.workers:
             proc = worker.proc
             if proc is None:
                 continue
             try:
-                rc = await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_SECONDS)
+                rc = await asyncio.wait_for(proc.wait(), wait)
             except TimeoutError:
-                logger.error("mq process %d did not stop in %.0f s; killing it", worker.index + 1, STOP_TIMEOUT_SECONDS)
+                logger.error("mq process %d did not stop in %.0f s; killing it", worker.index + 1, wait)
                 proc.kill()
                 rc = await proc.wait()
             if rc not in clean and worker in running:  # one that died before is reported already

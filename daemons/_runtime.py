@@ -12,6 +12,7 @@ won for each setting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -25,6 +26,7 @@ from typing import Any
 import click
 
 from daemons import stop_early_on_signals
+from daemons._stopguard import DEFAULT_STOP_TIMEOUT_SECONDS, StopGuard, forward_signals
 from mqcore.errors import ConfigError
 
 logger = logging.getLogger("mq.runtime")
@@ -132,6 +134,24 @@ def log_level_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def stop_timeout_option(default: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``--stop-timeout SECONDS`` option of every daemon (env ``MQ_STOP_TIMEOUT``, config key ``stop-timeout``).
+
+    Args:
+        default: The daemon's default, below its systemd unit's ``TimeoutStopSec`` (systemd/).
+    """
+    return click.option(
+        "--stop-timeout",
+        type=float,
+        envvar="MQ_STOP_TIMEOUT",
+        default=default,
+        show_default=True,
+        show_envvar=True,
+        help="Seconds after SIGTERM/SIGINT within which the daemon exits even if a thread is stuck in the "
+        "filesystem (it then logs which and exits 69; keep it below systemd's TimeoutStopSec).",
+    )
+
+
 def log_sources(ctx: click.Context, values: dict[str, Any]) -> None:
     """Log each setting with the layer it came from (cli, env, config file or default)."""
     names = {
@@ -178,8 +198,17 @@ def sd_notify(state: str) -> None:
         logger.warning("sd_notify failed state=%s error=%s", state, exc)
 
 
+#: The stop guard of this process (:func:`run` sets it; :func:`install_stop_signals` arms it on a stop signal).
+_guard = StopGuard(DEFAULT_STOP_TIMEOUT_SECONDS)
+
+
 def install_stop_signals(stop: asyncio.Event) -> None:
     """Set ``stop`` on SIGTERM or SIGINT (the daemons then finish their work and exit 0).
+
+    The signal also arms the stop guard (:mod:`daemons._stopguard`): a stop not finished within
+    ``--stop-timeout`` (a thread stuck in the filesystem) is logged and exits 69. The signals are
+    taken by a thread of their own (:func:`daemons._stopguard.forward_signals`), so they are seen
+    while the loop's thread is blocked in a system call too.
 
     Python-level handlers (``signal.signal``), not ``loop.add_signal_handler``: uvloop wakes on
     any signal through its self-pipe and runs them on the loop's thread, and each only queues
@@ -195,6 +224,13 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
+
+    def forwarded(sig: signal.Signals) -> None:
+        _guard.arm()  # also after main() returned: an exit stuck in joining threads is bounded too
+        with contextlib.suppress(RuntimeError):  # the loop has closed: main() returned, the signal is ignored
+            loop.call_soon_threadsafe(_on_signal, stop, sig)
+
+    forward_signals(forwarded)
 
 
 def install_reload_signal(reload: Callable[[], None]) -> None:
@@ -217,13 +253,20 @@ def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
         # One Ctrl-C reaches a whole process group (SIGINT), then mq-stack sends its children SIGTERM.
         logger.debug("received %s while stopping", sig.name)
         return
-    logger.info("received %s, stopping", sig.name)
+    _guard.arm()
+    logger.info("received %s, stopping (at most %g s: --stop-timeout)", sig.name, _guard.timeout_seconds)
     sd_notify("STOPPING=1")
     stop.set()
 
 
-def run(main: Callable[[], Awaitable[int]]) -> int:
+def run(
+    main: Callable[[], Awaitable[int]], *, stop_timeout_seconds: float = DEFAULT_STOP_TIMEOUT_SECONDS, root: str = ""
+) -> int:
     """Run ``main()`` on uvloop and return its exit code.
+
+    ``stop_timeout_seconds`` (``--stop-timeout``) bounds the stop: that long after the first
+    SIGTERM or SIGINT the process exits 69 whatever it still waits for, logging the threads stuck in
+    the filesystem (paths relative to ``root``; :mod:`daemons._stopguard`).
 
     Until ``main()`` installs its orderly stop (:func:`install_stop_signals`), SIGTERM and
     SIGINT exit 0 at once (:func:`daemons.stop_early_on_signals`, put in place first thing here
@@ -235,7 +278,9 @@ def run(main: Callable[[], Awaitable[int]]) -> int:
     terminal's SIGINT, or systemd's stop racing an exit) would turn a clean exit 0 into "killed
     by signal 15".
     """
+    global _guard
     stop_early_on_signals()
+    _guard = StopGuard(stop_timeout_seconds, root)
     import uvloop  # here: ``--help``, a usage error or a bad setting exits before any event loop
 
     async def guarded() -> int:

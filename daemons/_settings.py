@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from daemons import _runtime
 from daemons._inline import INLINE_IO_MODES
 from daemons._savers import FILE_SYNC_MODES
+from daemons._stopguard import DEFAULT_STOP_TIMEOUT_SECONDS
 from mqcore.attributes import MAX_MESSAGE_BYTES, MAX_VISIBILITY_TIMEOUT_SECONDS, QueueAttributes
 from mqcore.errors import ConfigError
 from mqcore.limits import DEFAULT_BATCH_MESSAGES, MAX_BATCH_MESSAGES
@@ -91,6 +92,9 @@ class Settings:
     ``syncfs`` per group of files, on a local filesystem only (daemons._savers); ``auto``: ``syncfs``
     while more sends are in flight than ``workers`` and little of the machine's dirty data is not mq's
     (daemons._savers.FOREIGN_DIRTY_LIMIT)."""
+    stop_timeout_seconds: float = DEFAULT_STOP_TIMEOUT_SECONDS
+    """Seconds after SIGTERM within which mq exits even with a thread stuck in the filesystem (exit 69,
+    daemons._stopguard)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -134,6 +138,7 @@ class Settings:
             raise ConfigError(f"inline-io must be auto or never, got {self.inline_io!r}", key="inline_io")
         if self.file_sync not in FILE_SYNC_MODES:
             raise ConfigError(f"file-sync must be auto, fsync or syncfs, got {self.file_sync!r}", key="file_sync")
+        _runtime.check_interval("stop-timeout", self.stop_timeout_seconds)
         if not 1 <= self.processes <= MAX_PROCESSES:
             raise ConfigError(f"processes must be 1-{MAX_PROCESSES} or auto, got {self.processes}", key="processes")
 

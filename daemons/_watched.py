@@ -39,6 +39,7 @@ from daemons import _watchdog
 from daemons._runtime import (
     EXIT_OK,
     build_settings,
+    check_interval,
     check_root,
     install_stop_signals,
     log_sources,
@@ -325,7 +326,9 @@ def run_cli(
     log_sources(ctx, ctx.params)
     settings = build_settings(ctx, factory, **common, **fields, log_level=log_level.upper())
     settings = dataclasses.replace(settings, root=check_root(settings.root))
-    return run(lambda: _serve_to_exit(serve, settings))
+    stop_timeout: float = ctx.params["stop_timeout"]
+    build_settings(ctx, lambda seconds: check_interval("stop-timeout", seconds), seconds=stop_timeout)
+    return run(lambda: _serve_to_exit(serve, settings), stop_timeout_seconds=stop_timeout, root=settings.root)
 
 
 async def _serve_to_exit(serve: Callable[[Any], Awaitable[None]], settings: Any) -> int:

@@ -81,6 +81,7 @@ from daemons._savers import FILE_SYNC_MODES
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
 from daemons._sqs import sqs_endpoint
 from daemons._sqs_auth import IGNORED_CREDENTIALS
+from daemons._stopguard import DEFAULT_STOP_TIMEOUT_SECONDS
 from mqcore.errors import ConfigError
 from mqcore.fsinfo import journal_warning, shared_warning
 
@@ -225,7 +226,7 @@ async def serve(
         refusals=broker.refusals,
         connections=runner.wire if tls is None else None,  # with TLS every connection is aiohttp's
         ssl_context=tls,
-        shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
+        shutdown_timeout=min(SHUTDOWN_TIMEOUT_SECONDS, settings.stop_timeout_seconds / 2),
         backlog=1024,
     )
     try:
@@ -389,6 +390,7 @@ def _auto_choice(flag: str, choices: tuple[str, ...], envvar: str, text: str) ->
     help="mq processes serving the port (SO_REUSEPORT), or auto = one per usable CPU (docs/api.md).",
 )
 @_runtime.log_level_option
+@_runtime.stop_timeout_option(DEFAULT_STOP_TIMEOUT_SECONDS)
 @click.option(
     "--access-log/--no-access-log",
     default=False,
@@ -470,10 +472,12 @@ def cli(ctx: click.Context, /, **values: Any) -> int:
         processes=values["processes"],
         inline_io=values["inline_io"],
         file_sync=values["file_sync"],
+        stop_timeout_seconds=values["stop_timeout"],
     )
-    if settings.processes > 1:
-        return _runtime.run(lambda: _processes.supervise(settings))
-    return _runtime.run(lambda: serve(settings))
+    if settings.processes > 1:  # the supervisor waits for its workers' own bound, then its margin
+        bound = settings.stop_timeout_seconds + _processes.STOP_MARGIN_SECONDS
+        return _runtime.run(lambda: _processes.supervise(settings), stop_timeout_seconds=bound, root=settings.root)
+    return _runtime.run(lambda: serve(settings), stop_timeout_seconds=settings.stop_timeout_seconds, root=settings.root)
 
 
 def main(argv: list[str] | None = None) -> int:

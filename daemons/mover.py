@@ -68,7 +68,9 @@ from daemons._runtime import (
     config_option,
     log_level_option,
     root_option,
+    stop_timeout_option,
 )
+from daemons._stopguard import MOVER_STOP_TIMEOUT_SECONDS
 from daemons._watched import WatchedDirDaemon, console_main, run_cli, serve_daemon
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import InFlightName, QueueName, parse_in_flight_name
@@ -443,6 +445,7 @@ async def serve(settings: MoverSettings, *, shutdown_trigger: asyncio.Event | No
 )
 @metrics_options("MQ_MOVER")
 @log_level_option
+@stop_timeout_option(MOVER_STOP_TIMEOUT_SECONDS)
 @click.pass_context
 def cli(ctx: click.Context, /, rescan_interval: float, **common: object) -> int:
     """The command; ``common``: the options of every daemon, read by ``run_cli`` from ``ctx``."""

@@ -64,8 +64,10 @@ from daemons._runtime import (
     config_option,
     log_level_option,
     root_option,
+    stop_timeout_option,
     wait_for_wake,
 )
+from daemons._stopguard import REAPER_STOP_TIMEOUT_SECONDS
 from daemons._watched import WatchedDirDaemon, console_main, run_cli, serve_daemon
 from mqcore.errors import MQError
 from mqcore.names import REMOVED_QUEUE_SUFFIX, is_fifo_queue
@@ -527,6 +529,7 @@ async def serve(settings: ReaperSettings, *, shutdown_trigger: asyncio.Event | N
 )
 @metrics_options("MQ_REAPER")
 @log_level_option
+@stop_timeout_option(REAPER_STOP_TIMEOUT_SECONDS)
 @click.pass_context
 def cli(
     ctx: click.Context, /, new_grace: float, rescan_interval: float, expire_interval: float, **common: object
