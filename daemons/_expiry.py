@@ -40,8 +40,8 @@ from mqcore.protocol.sweeps import QueueSweep
 
 #: Share of one core an expiry sweep's worker thread may use (it sleeps the rest).
 SWEEP_CPU_SHARE = 0.1
-#: A queue is listed whatever its stamp once in this many sweeps (its turn: the crc32 of its name).
-RELIST_SWEEPS = 10
+#: A queue is listed whatever its stamp once in this many sweeps (its turn: the crc32 of its name; 30 min at 60 s).
+RELIST_SWEEPS = 30
 #: A directory mtime this close to the wall clock (ns, either way) may hide a change made right after the stamp.
 RECENT_STAMP_NS = 2_000_000_000
 

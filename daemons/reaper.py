@@ -18,7 +18,9 @@ Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
 
 Once right after start-up and then every ``--expire-interval`` seconds
 (counted from the end of the previous sweep), an expiry sweep runs beside the
-reaping:
+reaping (paced to a tenth of a core, and skipping the queue directories
+unchanged since a sweep after which nothing in them is gone yet:
+:mod:`daemons._expiry`):
 
 - for each queue, ``Store.expire_queue``: ready files ``queues/Q/ID.RC`` that
   are past the queue's retention period (send time from the id +

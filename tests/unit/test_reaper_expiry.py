@@ -11,31 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from daemons._expiry import RELIST_SWEEPS
-from mqcore.names import QueueName, sent_ms_of
+from mqcore.names import sent_ms_of
 from mqcore.protocol import Store, now_ms
-from tests.unit.test_mover_reaper import bare_reaper, old_store, ready_files, removed
+from tests.unit import test_mover_reaper
+from tests.unit.test_mover_reaper import Q, bare_reaper, old_store, ready_files, removed
 
-Q = QueueName("jobs")
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "root"
-
-
-@pytest.fixture
-def store(root: Path) -> Iterator[Store]:
-    """The protocol on ``root``, with queue ``jobs`` created."""
-    s = Store(root)
-    s.create_queue(Q)
-    yield s
-    s.close()
+#: The fixtures of the other reaper tests: an empty root, and a Store on it with queue ``jobs``.
+root = test_mover_reaper.root
+store = test_mover_reaper.store
 
 
 def settle(root: Path, queue: str) -> None:
