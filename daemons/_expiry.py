@@ -155,6 +155,10 @@ class SweptQueues:
         else:
             self._swept[queue] = (stamp, result.due_ms)
 
+    def forget(self, queue: QueueName) -> None:
+        """List ``queue`` at the next sweep whatever its stamp (its sweep failed; event loop)."""
+        self._swept.pop(queue, None)
+
     def keep_only(self, queues: list[QueueName]) -> None:
         """Forget the queues not in ``queues`` (deleted since; event loop)."""
         if len(self._swept) > len(queues):

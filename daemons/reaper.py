@@ -143,7 +143,7 @@ class ExpirySweep:
     """What one expiry sweep did (counts of entries moved or unlinked)."""
 
     queues: int = 0
-    """Queues swept."""
+    """Queues swept (listed, or skipped as unchanged: see :attr:`listed`)."""
     ready: int = 0
     """Ready files moved to ``remove/`` (expired or purged)."""
     in_flight: int = 0
@@ -384,7 +384,9 @@ class Reaper(WatchedDirDaemon):
             if queue in listed:
                 done = await self._step(f"expire_queue queue={queue}", self.swept.sweep, store, queue, pause)
                 relisted += 1
-                if done is not None:
+                if done is None:
+                    self.swept.forget(queue)
+                else:
                     self.swept.note(queue, done[0], done[1], store.clock())
                     moved = done[0].moved
             else:
