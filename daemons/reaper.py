@@ -18,7 +18,9 @@ Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
 
 Once right after start-up and then every ``--expire-interval`` seconds
 (counted from the end of the previous sweep), an expiry sweep runs beside the
-reaping:
+reaping (paced to a tenth of a core, and skipping the queue directories
+unchanged since a sweep after which nothing in them is gone yet:
+:mod:`daemons._expiry`):
 
 - for each queue, ``Store.expire_queue``: ready files ``queues/Q/ID.RC`` that
   are past the queue's retention period (send time from the id +
@@ -56,6 +58,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from daemons._expiry import SWEEP_CPU_SHARE, CpuShare, SweptQueues
 from daemons._metrics_cli import check_metrics_port, metrics_options, start_daemon_metrics
 from daemons._runtime import (
     check_interval,
@@ -142,7 +145,7 @@ class ExpirySweep:
     """What one expiry sweep did (counts of entries moved or unlinked)."""
 
     queues: int = 0
-    """Queues swept."""
+    """Queues swept (listed, or skipped as unchanged: see :attr:`listed`)."""
     ready: int = 0
     """Ready files moved to ``remove/`` (expired or purged)."""
     in_flight: int = 0
@@ -155,6 +158,8 @@ class ExpirySweep:
     """Steps that failed (logged; retried at the next sweep)."""
     dedup: int = 0
     """Expired deduplication records of FIFO queues unlinked (docs/protocol.md 19.2)."""
+    listed: int = 0
+    """Queue directories listed (the others were unchanged since a sweep that left nothing gone before now)."""
 
     @property
     def removed(self) -> int:
@@ -202,6 +207,8 @@ class Reaper(WatchedDirDaemon):
         self._unreported = [0, 0, 0]
         self._last_summary = -math.inf
         self._summary_timer: asyncio.TimerHandle | None = None
+        #: What the expiry sweeps found in each queue directory (those unchanged since are skipped).
+        self.swept = SweptQueues()
 
     def __len__(self) -> int:
         """Number of entries of ``remove/`` known and not yet removed."""
@@ -366,12 +373,26 @@ class Reaper(WatchedDirDaemon):
         store = self.store if now is None else self.store.at(now)
         queues = await self._step("list_queues", store.list_queues)
         errors = int(queues is None)
-        ready = swept = dedup = 0
+        ready = swept = dedup = relisted = 0
+        pause = CpuShare(SWEEP_CPU_SHARE, stopped)
+        self.swept.keep_only(queues or [])
+        due = await self._step("to_sweep", self.swept.to_sweep, store, queues or [], store.clock())
+        listed = set(queues or () if due is None else due)
         for queue in queues or ():
             if stopped():
                 break
-            moved = await self._step(f"expire_queue queue={queue}", store.expire_queue, queue)
+            moved = None
             swept += 1
+            if queue in listed:
+                done = await self._step(f"expire_queue queue={queue}", self.swept.sweep, store, queue, pause)
+                relisted += 1
+                if done is None:
+                    self.swept.forget(queue)
+                else:
+                    self.swept.note(queue, done[0], done[1], store.clock())
+                    moved = done[0].moved
+            else:
+                moved = 0  # unchanged since a sweep after which nothing of it is gone yet
             if moved is None:
                 errors += 1
             elif moved:
@@ -395,14 +416,14 @@ class Reaper(WatchedDirDaemon):
             if n is None:
                 errors += 1
             counts.append(n or 0)
-        result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors, dedup)
+        result = ExpirySweep(swept, ready, counts[0], counts[1], counts[2], errors, dedup, relisted)
         if self.metrics is not None:
             self.metrics.in_flight_removed.inc(result.in_flight)
             self.metrics.errors.inc(result.errors)
         logger.log(
             logging.INFO if result.removed or result.errors else logging.DEBUG,
             "expiry sweep queues=%d ready_removed=%d in_flight_removed=%d attempts_removed=%d "
-            "staging_removed=%d dedup_removed=%d errors=%d elapsed_ms=%d",
+            "staging_removed=%d dedup_removed=%d errors=%d listed=%d paused_ms=%d elapsed_ms=%d",
             result.queues,
             result.ready,
             result.in_flight,
@@ -410,6 +431,8 @@ class Reaper(WatchedDirDaemon):
             result.staging,
             result.dedup,
             result.errors,
+            result.listed,
+            pause.slept * 1000,
             (time.monotonic() - started) * 1000,
         )
         return result

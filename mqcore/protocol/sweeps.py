@@ -8,8 +8,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from mqcore.names import STAGING_SUFFIX, QueueName, parse_in_flight_name, parse_ready_name, removed_name
+from mqcore.names import (
+    STAGING_SUFFIX,
+    QueueName,
+    parse_in_flight_name,
+    parse_ready_name,
+    removed_name,
+    sent_ms_of,
+)
 from mqcore.protocol._fs import listdir, mtime_ms, unlink_if_older
 from mqcore.protocol.bulk import is_bulk_record_name, sweep_bulk_record
 from mqcore.protocol.policy import LeasePolicy
@@ -21,6 +30,10 @@ logger = logging.getLogger(__name__)
 TMP_GRACE_MS = 300_000
 
 
+#: Ready names (and dot names) :meth:`Sweeps.sweep_queue` reads between two calls of its ``pause``.
+SWEEP_CHUNK = 1024
+#: Sorts above every ready name (ids are lowercase hex and dashes).
+_ABOVE_ALL_NAMES = "~"
 #: Sorts below every message id (ids are lowercase hex and dashes): a bound that no name is at or below.
 _BELOW_ALL_IDS = ""
 #: The largest 48-bit send time of a UUIDv7 (its first 12 hex digits).
@@ -53,6 +66,21 @@ def gone_bounds(policy: LeasePolicy, now: int) -> tuple[str, str]:
     return sent_bound, policy.purged_before or _BELOW_ALL_IDS
 
 
+@dataclass(frozen=True, slots=True)
+class QueueSweep:
+    """What :meth:`Sweeps.sweep_queue` did to one queue directory."""
+
+    moved: int
+    """Ready messages moved to ``remove/``."""
+    due_ms: int | None
+    """Epoch ms before which none of the ready messages the sweep left can be gone by retention (the oldest
+    one's send time plus the retention period); None if it left none (or the queue has no retention);
+    the sweep's own time if it stopped midway or met temporary files or bulk lease records (they
+    expire by their own clocks). A purge or an attribute change renames a file in the directory, and
+    any message added changes it too, so while the directory is unchanged nothing of it is gone before
+    this time."""
+
+
 class Sweeps(Queues):
     """Work over whole directories: counting ``delay/``, expiring messages, removing leftovers and ``remove/``."""
 
@@ -73,32 +101,75 @@ class Sweeps(Queues):
     def expire_queue(self, queue: QueueName) -> int:
         """Move ready messages of ``queue`` that were purged or outlived its retention period to ``remove/``.
 
-        Also unlinks temporary metadata files (``.NAME.TOKEN.tmp``) older than
-        the attempt window, left by a writer that died. Used by mq-reaper.
+        :meth:`sweep_queue` without pauses; see there. Used by mq-reaper's tests and tools.
 
         Returns:
             Number of messages moved.
+        """
+        return self.sweep_queue(queue).moved
+
+    def sweep_queue(self, queue: QueueName, pause: Callable[[], bool] | None = None) -> QueueSweep:
+        """Move ready messages of ``queue`` that were purged or outlived its retention period to ``remove/``.
+
+        Also unlinks temporary metadata files (``.NAME.TOKEN.tmp``) older than
+        the attempt window, left by a writer that died, and bulk lease records
+        past their deadline. Used by mq-reaper.
+
+        The directory is read with ``scandir`` in chunks of :data:`SWEEP_CHUNK`
+        names; ``pause`` is called between two chunks (mq-reaper sleeps there, so
+        that sweeping a queue of 1,000,000 ready messages is not a second of
+        CPU taken at once beside mq: issue 12). When it returns False the sweep
+        ends there (what it did not reach is left for the next sweep).
+
+        Args:
+            queue: The queue.
+            pause: Called between chunks; False stops the sweep.
+        Returns:
+            What was moved, and until when nothing listed can be gone (see :class:`QueueSweep`).
         """
         now = self.clock()
         policy = self.policy(queue)
         qdir = self.layout.queue_dir(queue)
         sent_bound, purge_bound = gone_bounds(policy, now)
         moved = 0
-        for name in listdir(qdir):
-            if name[:1] == ".":
-                if name.endswith(".tmp"):
-                    unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
-                elif is_bulk_record_name(name):  # a bulk lease record past its deadline (docs/protocol.md 20)
-                    sweep_bulk_record(os.path.join(qdir, name), now)
-                continue
-            # Only a name at or below a bound can be gone: a string compare, not a parse, per name
-            # (a start-up sweep of 1,000,000 ready messages parsed every one: issue 12).
-            if name[:13] > sent_bound and name[:36] > purge_bound:
-                continue
-            parsed = parse_ready_name(name)
-            if parsed is not None and policy.is_gone(parsed[0], now):
-                moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
-        return moved
+        oldest = _ABOVE_ALL_NAMES  # the lowest ready name left in the directory
+        records = complete = False
+        try:
+            with os.scandir(qdir) as entries:
+                for count, entry in enumerate(entries, 1):
+                    if pause is not None and not count % SWEEP_CHUNK and not pause():
+                        break
+                    name = entry.name
+                    if name[:1] == ".":
+                        if name.endswith(".tmp"):
+                            records = True
+                            unlink_if_older(os.path.join(qdir, name), now - TMP_GRACE_MS)
+                        elif is_bulk_record_name(name):  # a bulk lease record past its deadline (docs/protocol.md 20)
+                            records = True
+                            sweep_bulk_record(os.path.join(qdir, name), now)
+                        continue
+                    # Only a name at or below a bound can be gone: a string compare, not a parse, per name
+                    # (a start-up sweep of 1,000,000 ready messages parsed every one: issue 12).
+                    if name[:13] > sent_bound and name[:36] > purge_bound:
+                        if name < oldest:
+                            oldest = name
+                        continue
+                    parsed = parse_ready_name(name)
+                    if parsed is not None and policy.is_gone(parsed[0], now):
+                        moved += self._move_to_remove(os.path.join(qdir, name), removed_name(queue, parsed[0]))
+                    elif name < oldest:
+                        oldest = name
+                else:
+                    complete = True
+        except FileNotFoundError:
+            complete = True  # the queue is gone: nothing of it can expire
+        parsed = parse_ready_name(oldest)
+        due: int | None = now  # stopped midway, leftovers that expire by their own clocks, or a foreign name
+        if complete and not records and (oldest == _ABOVE_ALL_NAMES or policy.retention_ms is None):
+            due = None
+        elif complete and not records and parsed is not None and policy.retention_ms is not None:
+            due = sent_ms_of(parsed[0]) + policy.retention_ms
+        return QueueSweep(moved, due)
 
     def expire_in_flight(self) -> int:
         """Move files in ``delay/`` whose message was purged or outlived its queue's retention to ``remove/``.

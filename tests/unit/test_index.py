@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from mqcore.index import Listing, ReadyIndex
+from mqcore.index import Listing, ReadyIndex, _name
 from mqcore.names import IdGenerator, MessageId, partition_of, ready_name, sent_ms_of
 
 #: A small pool of ids, so random operations often hit names already present or discarded.
@@ -305,3 +305,18 @@ def test_a_rescan_of_an_empty_directory_empties_the_index() -> None:
     assert len(index) == 0 and index.peek_oldest() is None and index.pop_oldest() is None
     index.add(all_names[5])
     assert index.pop_oldest() == all_names[5]
+
+
+def test_rescan_compare_reads_only_whole_ready_names() -> None:
+    """A foreign name holding a newline and a ready name inside it is not taken for that ready name."""
+    gen = IdGenerator()
+    held, listed_new, inside = (ready_name(gen.next_id(), 0) for _ in range(3))
+    redelivered = ready_name(gen.next_id(), 2)
+    index = ReadyIndex([held])
+    listing = [held, listed_new, redelivered, f"x\n{inside}\ny", ".attributes", f"{inside}.tmp"]
+    for chunk in (1, 2, 1024):
+        diff = index.snapshot().compare(listing, pause=lambda: None, chunk=chunk)
+        assert sorted(_name(mid, rc) for mid, rc in diff.new) == sorted([listed_new, redelivered])
+        assert diff.unlisted == []
+    diff = index.snapshot().compare([listed_new], pause=lambda: None, chunk=1)
+    assert [_name(mid, rc) for mid, rc in diff.unlisted] == [held]
