@@ -28,12 +28,13 @@ first sweep, as before.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import zlib
 from collections.abc import Callable
 
-from mqcore.fsinfo import dir_stamp
+from mqcore.fsinfo import dir_stamp, settled_dir_stamp
 from mqcore.names import QueueName
 from mqcore.protocol import Store
 from mqcore.protocol.sweeps import QueueSweep
@@ -42,9 +43,6 @@ from mqcore.protocol.sweeps import QueueSweep
 SWEEP_CPU_SHARE = 0.1
 #: A queue is listed whatever its stamp once in this many sweeps (its turn: the crc32 of its name; 30 min at 60 s).
 RELIST_SWEEPS = 30
-#: A directory mtime this close to the wall clock (ns, either way) may hide a change made right after the stamp.
-RECENT_STAMP_NS = 2_000_000_000
-
 #: ``(st_ino, st_mtime_ns, st_ctime_ns)`` of a directory (:func:`mqcore.fsinfo.dir_stamp`).
 Stamp = tuple[int, int, int]
 
@@ -132,17 +130,16 @@ class SweptQueues:
 
         Returns:
             What the sweep did, and the stamp taken before its listing (None if it
-            cannot be trusted: too recent, or the directory could not be read).
+            cannot be trusted: not settled (:func:`mqcore.fsinfo.settled_dir_stamp`), or the directory could not
+            be read).
         Raises:
             OSError, MQError: As :meth:`mqcore.protocol.sweeps.Sweeps.sweep_queue`.
         """
         pause.begin()
-        try:
-            stamp: Stamp | None = dir_stamp(store.layout.queue_dir(queue))
-        except OSError:
-            stamp = None
-        if stamp is not None and abs(time.time_ns() - stamp[1]) < RECENT_STAMP_NS:
-            stamp = None
+        stamp: Stamp | None = None
+        with contextlib.suppress(OSError):
+            taken, settled = settled_dir_stamp(store.layout.queue_dir(queue))
+            stamp = taken if settled else None
         try:
             return store.sweep_queue(queue, pause), stamp
         finally:
