@@ -207,6 +207,7 @@ class _GroupSync:
         self.lock = threading.Lock()
         self.pending: list[tuple[_Conn, bytes, str | None]] = []
         self.leading = False
+        self.rounds = 0
         self.wake: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
         threading.Thread(target=self._run, name="floor-syncer", daemon=True).start()
 
@@ -227,6 +228,7 @@ class _GroupSync:
                     if not batch:
                         self.leading = False
                         break
+                self.rounds += 1
                 try:
                     os.fsync(self.dfd)
                     ok = True
@@ -261,6 +263,7 @@ class _FsSync:
         self.lock = threading.Lock()
         self.pending: list[tuple[_Conn, bytes, str, str]] = []
         self.leading = False
+        self.rounds = 0
         self.wake: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
         threading.Thread(target=self._run, name="floor-syncfs", daemon=True).start()
 
@@ -281,6 +284,7 @@ class _FsSync:
                     if not batch:
                         self.leading = False
                         break
+                self.rounds += 1
                 if self.syncfs(self.root_fd) != 0:
                     for _, _, src, _ in batch:
                         with contextlib.suppress(OSError):
@@ -346,7 +350,16 @@ class _Floor:
         self.remove_sync = _GroupSync(self.remove_fd, loop, self.reaper) if grouped else None
 
     def handle(self, conn: _Conn, method: bytes, path: bytes, body: bytes) -> bytes | None:
-        """The answer of a request done at once (on the loop), or None when handed off (answered later)."""
+        """The answer of a request done at once (on the loop), or None when handed off (answered later).
+
+        ``GET /_rounds`` (the bench, not wrk): the group commits' rounds so far, ``directory syncfs``.
+        """
+        if path == b"/_rounds":
+            counts = b"%d %d" % (
+                self.send_sync.rounds if self.send_sync else 0,
+                self.fs_sync.rounds if self.fs_sync else 0,
+            )
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(counts), counts)
         try:
             if method == b"POST":
                 if self.pool is None:
@@ -713,8 +726,14 @@ class FloorBench:
             wrk = Wrk(self.wrk_exe, server.url, self.log_dir / "wrk")
             meter = CpuMeter({"floor": server.pid})
             script, threads = ("post.lua", 2) if sc.kind == "send" else ("recv_delete.lua", None)
+            rounds0 = floor_rounds(server.url) if workers == 1 else None
             run = wrk.run(script, clients=sc.clients, threads=threads, queue=QUEUE, duration_s=self.duration)
             cpu = meter.stop()
+            if rounds0 is not None and sc.kind == "send" and run.counts.get("sent"):
+                rounds = {k: v - rounds0[k] for k, v in floor_rounds(server.url).items()}
+                out["rounds"] = rounds
+                out["rounds_per_s"] = {k: round(v / run.duration_s, 1) for k, v in rounds.items()}
+                out["sends_per_round"] = {k: round(run.counts["sent"] / v, 2) for k, v in rounds.items() if v}
         finally:
             server.stop()
         ops = run.counts.get("sent" if sc.kind == "send" else "cycles", 0)
@@ -794,6 +813,17 @@ class FloorBench:
             out["other_threads_cpu_ms_per_op"] = round(rest * tick_ms / ops, 3)
             out["loop_switches_per_op"] = round(switches / ops, 3)
         return out
+
+
+def floor_rounds(url: str) -> dict[str, float]:
+    """A one-process floor server's group-commit rounds so far (``GET /_rounds``): ``directory``, ``syncfs``."""
+    api = Api(url)
+    try:
+        _, _, body = api.request("GET", "/_rounds")
+    finally:
+        api.close()
+    directory, syncfs = body.split()
+    return {"directory": float(directory), "syncfs": float(syncfs)}
 
 
 def mq_rounds(port: int) -> dict[str, float]:
