@@ -194,24 +194,19 @@ class _Reaper:
                 pass
 
 
-class _GroupSync:
-    """Group commit of one directory's fsync (mq's ``DirSyncer.sync_later`` shape), with its own thread.
+class _Rounds:
+    """A group commit with its own thread: :meth:`add` (any thread) queues an item; the thread runs rounds,
+    each taking everything queued (so a round starts after every add it covers) and calling :meth:`_round`."""
 
-    :meth:`add` (any thread) queues ``(conn, answer, path_to_unlink_or_None)``; the syncer runs rounds:
-    takes everything queued, fsyncs the directory (a round starts after every add it covers), wakes the
-    loop ONCE to answer the round, then hands the round's paths to the reaper (unlinked after the answers).
-    """
-
-    def __init__(self, dfd: int, loop: asyncio.AbstractEventLoop, reaper: _Reaper | None = None) -> None:
-        self.dfd, self.loop, self.reaper = dfd, loop, reaper
+    def __init__(self, name: str) -> None:
         self.lock = threading.Lock()
-        self.pending: list[tuple[_Conn, bytes, str | None]] = []
+        self.pending: list[Any] = []
         self.leading = False
         self.rounds = 0
         self.wake: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
-        threading.Thread(target=self._run, name="floor-syncer", daemon=True).start()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
-    def add(self, item: tuple[_Conn, bytes, str | None]) -> None:
+    def add(self, item: Any) -> None:
         with self.lock:
             self.pending.append(item)
             if self.leading:
@@ -229,16 +224,35 @@ class _GroupSync:
                         self.leading = False
                         break
                 self.rounds += 1
-                try:
-                    os.fsync(self.dfd)
-                    ok = True
-                except OSError:
-                    ok = False
-                self.loop.call_soon_threadsafe(_answer_round, batch, ok)
-                if self.reaper is not None:
-                    for _, _, path in batch:
-                        if path is not None:
-                            self.reaper.add(path)
+                self._round(batch)
+
+    def _round(self, batch: list[Any]) -> None:
+        raise NotImplementedError
+
+
+class _GroupSync(_Rounds):
+    """Group commit of one directory's fsync (mq's ``DirSyncer.sync_later`` shape), with its own thread.
+
+    :meth:`add` (any thread) queues ``(conn, answer, path_to_unlink_or_None)``; a round fsyncs the
+    directory, wakes the loop ONCE to answer the round, then hands the round's paths to the reaper
+    (unlinked after the answers).
+    """
+
+    def __init__(self, dfd: int, loop: asyncio.AbstractEventLoop, reaper: _Reaper | None = None) -> None:
+        self.dfd, self.loop, self.reaper = dfd, loop, reaper
+        super().__init__("floor-syncer")
+
+    def _round(self, batch: list[tuple[_Conn, bytes, str | None]]) -> None:
+        try:
+            os.fsync(self.dfd)
+            ok = True
+        except OSError:
+            ok = False
+        self.loop.call_soon_threadsafe(_answer_round, batch, ok)
+        if self.reaper is not None:
+            for _, _, path in batch:
+                if path is not None:
+                    self.reaper.add(path)
 
 
 def _answer_round(batch: list[tuple[_Conn, bytes, str | None]], ok: bool) -> None:
@@ -246,13 +260,12 @@ def _answer_round(batch: list[tuple[_Conn, bytes, str | None]], ok: bool) -> Non
         conn.finish(answer if ok else _UNAVAILABLE)
 
 
-class _FsSync:
+class _FsSync(_Rounds):
     """Group commit of ``syncfs`` (mq's ``FsSyncer.sync_later`` shape), with its own thread; then the renames.
 
     :meth:`add` (any thread) queues ``(conn, answer, src, dst)`` of a file written and closed without its
-    fsync; the syncer runs rounds: takes everything queued, calls ``syncfs`` on the root (a round starts
-    after every add it covers), renames each file into place and leaves it with the directory's group
-    commit ``then`` (which answers). A failed round answers 503 and unlinks its files.
+    fsync; a round calls ``syncfs`` on the root, renames each file into place and leaves it with the
+    directory's group commit ``then`` (which answers). A failed round answers 503 and unlinks its files.
     """
 
     def __init__(self, root_fd: int, then: _GroupSync, loop: asyncio.AbstractEventLoop) -> None:
@@ -260,40 +273,18 @@ class _FsSync:
 
         self.syncfs = ctypes.CDLL(None, use_errno=True).syncfs
         self.root_fd, self.then, self.loop = root_fd, then, loop
-        self.lock = threading.Lock()
-        self.pending: list[tuple[_Conn, bytes, str, str]] = []
-        self.leading = False
-        self.rounds = 0
-        self.wake: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
-        threading.Thread(target=self._run, name="floor-syncfs", daemon=True).start()
+        super().__init__("floor-syncfs")
 
-    def add(self, item: tuple[_Conn, bytes, str, str]) -> None:
-        with self.lock:
-            self.pending.append(item)
-            if self.leading:
-                return
-            self.leading = True
-        self.wake.put(None)
-
-    def _run(self) -> None:
-        while True:
-            self.wake.get()
-            while True:
-                with self.lock:
-                    batch, self.pending = self.pending, []
-                    if not batch:
-                        self.leading = False
-                        break
-                self.rounds += 1
-                if self.syncfs(self.root_fd) != 0:
-                    for _, _, src, _ in batch:
-                        with contextlib.suppress(OSError):
-                            os.unlink(src)
-                    self.loop.call_soon_threadsafe(_answer_round, [(c, a, None) for c, a, _, _ in batch], False)
-                    continue
-                for conn, answer, src, dst in batch:
-                    os.rename(src, dst)
-                    self.then.add((conn, answer, None))
+    def _round(self, batch: list[tuple[_Conn, bytes, str, str]]) -> None:
+        if self.syncfs(self.root_fd) != 0:
+            for _, _, src, _ in batch:
+                with contextlib.suppress(OSError):
+                    os.unlink(src)
+            self.loop.call_soon_threadsafe(_answer_round, [(c, a, None) for c, a, _, _ in batch], False)
+            return
+        for conn, answer, src, dst in batch:
+            os.rename(src, dst)
+            self.then.add((conn, answer, None))
 
 
 class _Pool:
