@@ -352,9 +352,12 @@ class FsSyncer:
         return borrowed
 
     def close(self) -> None:
-        """Close the descriptor on the root (no round may start after this)."""
+        """Close the descriptor on the root, and the shared rounds' file if any (no round may start after this)."""
         with contextlib.suppress(OSError):
             os.close(self._fd)
+        if self._shared is not None:
+            with contextlib.suppress(OSError):
+                self._shared.close()
 
 
 def _earlier(code: int) -> OSError:
