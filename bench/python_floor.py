@@ -34,6 +34,17 @@ Variants (``--send-variants``, ``--receive-variants``):
   fsync of ``remove/`` group-committed the same way, the unlinks handed to the reaper thread after
   the answers.
 
+- ``syncfs``: sends only (receive+delete as ``group``): mq's ``--file-sync syncfs`` shape. One hand-off to
+  the pool for the file without its fsync (create, write, close), then a group commit of ``syncfs`` on a
+  descriptor of the root held open (one syncer thread, rounds as ``group``'s), whose thread renames the
+  round's files into the queue and leaves them with the directory's group commit (as ``group``), which
+  wakes the loop once per round.
+
+``--mq NAME=TREE`` adds mq itself to the send scenarios, alternated with the floor and the disk loop:
+mq, mq-mover and mq-reaper from source tree TREE (``PYTHONPATH`` and working directory; ``-`` is this
+tree), on a fresh root with a queue ``bench``, extra ``mq`` arguments by ``--mq-arg NAME=ARG``; its
+``syncfs`` and directory fsync rounds are counted from ``GET /metrics`` before and after.
+
 With ``--processes N`` each variant also runs as N processes sharing the port (``SO_REUSEPORT``) in
 the 16- and 64-client scenarios (suffix ``_pN``). What it prints is one JSON object: per bar and
 variant the floor's rate over the disk loop's (median over the rounds), the server's CPU per
@@ -53,6 +64,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import datetime
 import itertools
 import json
@@ -75,11 +87,24 @@ if __package__ in (None, ""):
 
 from bench.bars import BAR_RECEIVE_OVER_DISK_RECEIVE, BAR_SENDS1_OVER_DISK1
 from bench.disk_loop import disk_loop, receive_delete_loop
-from bench.run import BAR_SENDS_OVER_DISK, BODY_BYTES, CpuMeter, Wrk, _loadavg, ensure_wrk, log, machine_info
+from bench.run import (
+    BAR_SENDS_OVER_DISK,
+    BODY_BYTES,
+    REPO_DIR,
+    Api,
+    CpuMeter,
+    Daemons,
+    Wrk,
+    _descendants,
+    _loadavg,
+    ensure_wrk,
+    log,
+    machine_info,
+)
 
 #: The queue name the wrk scripts address (MQB_QUEUE).
 QUEUE = "bench"
-VARIANTS = ("inline", "pool", "group")
+VARIANTS = ("inline", "pool", "group", "syncfs")
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_CLOEXEC
@@ -169,23 +194,19 @@ class _Reaper:
                 pass
 
 
-class _GroupSync:
-    """Group commit of one directory's fsync (mq's ``DirSyncer.sync_later`` shape), with its own thread.
+class _Rounds:
+    """A group commit with its own thread: :meth:`add` (any thread) queues an item; the thread runs rounds,
+    each taking everything queued (so a round starts after every add it covers) and calling :meth:`_round`."""
 
-    :meth:`add` (any thread) queues ``(conn, answer, path_to_unlink_or_None)``; the syncer runs rounds:
-    takes everything queued, fsyncs the directory (a round starts after every add it covers), wakes the
-    loop ONCE to answer the round, then hands the round's paths to the reaper (unlinked after the answers).
-    """
-
-    def __init__(self, dfd: int, loop: asyncio.AbstractEventLoop, reaper: _Reaper | None = None) -> None:
-        self.dfd, self.loop, self.reaper = dfd, loop, reaper
+    def __init__(self, name: str) -> None:
         self.lock = threading.Lock()
-        self.pending: list[tuple[_Conn, bytes, str | None]] = []
+        self.pending: list[Any] = []
         self.leading = False
+        self.rounds = 0
         self.wake: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
-        threading.Thread(target=self._run, name="floor-syncer", daemon=True).start()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
 
-    def add(self, item: tuple[_Conn, bytes, str | None]) -> None:
+    def add(self, item: Any) -> None:
         with self.lock:
             self.pending.append(item)
             if self.leading:
@@ -202,21 +223,68 @@ class _GroupSync:
                     if not batch:
                         self.leading = False
                         break
-                try:
-                    os.fsync(self.dfd)
-                    ok = True
-                except OSError:
-                    ok = False
-                self.loop.call_soon_threadsafe(_answer_round, batch, ok)
-                if self.reaper is not None:
-                    for _, _, path in batch:
-                        if path is not None:
-                            self.reaper.add(path)
+                self.rounds += 1
+                self._round(batch)
+
+    def _round(self, batch: list[Any]) -> None:
+        raise NotImplementedError
+
+
+class _GroupSync(_Rounds):
+    """Group commit of one directory's fsync (mq's ``DirSyncer.sync_later`` shape), with its own thread.
+
+    :meth:`add` (any thread) queues ``(conn, answer, path_to_unlink_or_None)``; a round fsyncs the
+    directory, wakes the loop ONCE to answer the round, then hands the round's paths to the reaper
+    (unlinked after the answers).
+    """
+
+    def __init__(self, dfd: int, loop: asyncio.AbstractEventLoop, reaper: _Reaper | None = None) -> None:
+        self.dfd, self.loop, self.reaper = dfd, loop, reaper
+        super().__init__("floor-syncer")
+
+    def _round(self, batch: list[tuple[_Conn, bytes, str | None]]) -> None:
+        try:
+            os.fsync(self.dfd)
+            ok = True
+        except OSError:
+            ok = False
+        self.loop.call_soon_threadsafe(_answer_round, batch, ok)
+        if self.reaper is not None:
+            for _, _, path in batch:
+                if path is not None:
+                    self.reaper.add(path)
 
 
 def _answer_round(batch: list[tuple[_Conn, bytes, str | None]], ok: bool) -> None:
     for conn, answer, _ in batch:
         conn.finish(answer if ok else _UNAVAILABLE)
+
+
+class _FsSync(_Rounds):
+    """Group commit of ``syncfs`` (mq's ``FsSyncer.sync_later`` shape), with its own thread; then the renames.
+
+    :meth:`add` (any thread) queues ``(conn, answer, src, dst)`` of a file written and closed without its
+    fsync; a round calls ``syncfs`` on the root, renames each file into place and leaves it with the
+    directory's group commit ``then`` (which answers). A failed round answers 503 and unlinks its files.
+    """
+
+    def __init__(self, root_fd: int, then: _GroupSync, loop: asyncio.AbstractEventLoop) -> None:
+        import ctypes
+
+        self.syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+        self.root_fd, self.then, self.loop = root_fd, then, loop
+        super().__init__("floor-syncfs")
+
+    def _round(self, batch: list[tuple[_Conn, bytes, str, str]]) -> None:
+        if self.syncfs(self.root_fd) != 0:
+            for _, _, src, _ in batch:
+                with contextlib.suppress(OSError):
+                    os.unlink(src)
+            self.loop.call_soon_threadsafe(_answer_round, [(c, a, None) for c, a, _, _ in batch], False)
+            return
+        for conn, answer, src, dst in batch:
+            os.rename(src, dst)
+            self.then.add((conn, answer, None))
 
 
 class _Pool:
@@ -265,16 +333,31 @@ class _Floor:
         names = sorted(os.listdir(self.ready))
         self.names = collections.deque(name.encode() for name in names[index::workers])
         self.pool = _Pool(pool_threads, loop) if variant != "inline" else None
-        self.send_sync = _GroupSync(self.ready_fd, loop) if variant == "group" else None
+        grouped = variant in ("group", "syncfs")
+        self.send_sync = _GroupSync(self.ready_fd, loop) if grouped else None
+        self.root_fd = os.open(str(root), _DIR)
+        self.fs_sync = _FsSync(self.root_fd, self.send_sync, loop) if self.send_sync and variant == "syncfs" else None
         self.reaper = _Reaper() if variant != "pool" else None
-        self.remove_sync = _GroupSync(self.remove_fd, loop, self.reaper) if variant == "group" else None
+        self.remove_sync = _GroupSync(self.remove_fd, loop, self.reaper) if grouped else None
 
     def handle(self, conn: _Conn, method: bytes, path: bytes, body: bytes) -> bytes | None:
-        """The answer of a request done at once (on the loop), or None when handed off (answered later)."""
+        """The answer of a request done at once (on the loop), or None when handed off (answered later).
+
+        ``GET /_rounds`` (the bench, not wrk): the group commits' rounds so far, ``directory syncfs``.
+        """
+        if path == b"/_rounds":
+            counts = b"%d %d" % (
+                self.send_sync.rounds if self.send_sync else 0,
+                self.fs_sync.rounds if self.fs_sync else 0,
+            )
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(counts), counts)
         try:
             if method == b"POST":
                 if self.pool is None:
                     return self._write_publish(conn, body)
+                if self.fs_sync is not None:
+                    self.pool.submit(self._write_unsynced, conn, body)
+                    return None
                 self.pool.submit(self._write_publish if self.send_sync is None else self._write_join, conn, body)
                 return None
             if method == b"GET":
@@ -319,6 +402,18 @@ class _Floor:
             os.close(fd)
         os.rename(src, f"{self.ready}/{name}.0")
         return _CREATED + name.encode() + b"\r\n\r\n"
+
+    def _write_unsynced(self, conn: _Conn, body: bytes) -> None:
+        """Steps 3-5 without the fsync (create, write, close); then its round, rename, directory fsync."""
+        name = f"{self.tag}{next(self.counter)}"
+        src = f"{self.new}/{QUEUE}.{name}"
+        fd = os.open(src, _CREATE, 0o644)
+        try:
+            os.write(fd, body)
+        finally:
+            os.close(fd)
+        assert self.fs_sync is not None
+        self.fs_sync.add((conn, _CREATED + name.encode() + b"\r\n\r\n", src, f"{self.ready}/{name}.0"))
 
     def _write_publish(self, conn: _Conn, body: bytes) -> bytes:
         answer = self._write_new(body)
@@ -553,6 +648,8 @@ class FloorBench:
         out = [(v, v, 1) for v in chosen if v in self.args.single_process_many]
         if self.args.processes > 1:
             out += [(f"{v}_p{self.args.processes}", v, self.args.processes) for v in chosen]
+        if sc.kind == "send":
+            out += [(name, "mq", 1) for name in self.args.mq]
         return out
 
     def scenario(self, sc: Scenario, rnd: int) -> dict[str, Any]:
@@ -605,6 +702,8 @@ class FloorBench:
 
     def floor(self, sc: Scenario, rnd: int, name: str, variant: str, workers: int) -> dict[str, Any]:
         """One wrk run of the floor server (variant, workers) in ``sc``; its rate and CPU per operation."""
+        if variant == "mq":
+            return self.mq(sc, rnd, name)
         out: dict[str, Any] = {}
         if sc.kind == "send":
             froot = make_root(self.root / "floor-send" / f"r{rnd + 1}-{sc.key}-{name}")
@@ -618,8 +717,14 @@ class FloorBench:
             wrk = Wrk(self.wrk_exe, server.url, self.log_dir / "wrk")
             meter = CpuMeter({"floor": server.pid})
             script, threads = ("post.lua", 2) if sc.kind == "send" else ("recv_delete.lua", None)
+            rounds0 = floor_rounds(server.url) if workers == 1 else None
             run = wrk.run(script, clients=sc.clients, threads=threads, queue=QUEUE, duration_s=self.duration)
             cpu = meter.stop()
+            if rounds0 is not None and sc.kind == "send" and run.counts.get("sent"):
+                rounds = {k: v - rounds0[k] for k, v in floor_rounds(server.url).items()}
+                out["rounds"] = rounds
+                out["rounds_per_s"] = {k: round(v / run.duration_s, 1) for k, v in rounds.items()}
+                out["sends_per_round"] = {k: round(run.counts["sent"] / v, 2) for k, v in rounds.items() if v}
         finally:
             server.stop()
         ops = run.counts.get("sent" if sc.kind == "send" else "cycles", 0)
@@ -641,6 +746,110 @@ class FloorBench:
             out["empty_receives"] = run.counts.get("empty", 0)
             out["ran_dry"] = out["empty_receives"] > 0
         return out
+
+    def mq(self, sc: Scenario, rnd: int, name: str) -> dict[str, Any]:
+        """One wrk run of mq (``--mq NAME=TREE``: mq, mq-mover, mq-reaper on a fresh root) in the send scenario ``sc``.
+
+        Besides the floor's figures: the group commits' rounds (``GET /metrics``), and the CPU of mq's
+        threads split into each process's main thread (the event loop) and its other threads (savers,
+        syncers), with the loop threads' context switches (wake-ups) per send.
+        """
+        tree = self.args.mq[name]
+        root = self.root / "mq-send" / f"r{rnd + 1}-{sc.key}-{name}"
+        root.mkdir(parents=True, exist_ok=True)
+        extra = self.args.mq_args.get(name, [])
+        daemons = Daemons(root / "mq", self.log_dir / f"mq-{name}", None, extra, None if tree == "-" else Path(tree))
+        try:
+            api = Api(daemons.start())
+            api.create_queue(QUEUE)
+            api.close()
+            port = int(daemons.url.rsplit(":", 1)[1])
+            rounds0, threads0 = mq_rounds(port), _threads(daemons.pids()["mq"])
+            wrk = Wrk(self.wrk_exe, daemons.url, self.log_dir / "wrk")
+            meter = CpuMeter(daemons.pids())
+            run = wrk.run("post.lua", clients=sc.clients, threads=2, queue=QUEUE, duration_s=self.duration)
+            cpu = meter.stop()
+            rounds1, threads1 = mq_rounds(port), _threads(daemons.pids()["mq"])
+            daemons.check_alive()
+        finally:
+            daemons.stop()
+        ops = run.counts.get("sent", 0)
+        per_s = ops / run.duration_s if run.duration_s else 0.0
+        self.best_per_s[sc.key] = max(self.best_per_s.get(sc.key, 0.0), per_s)
+        daemons_pct = sum(cpu.get(f"{k}_cpu_pct", 0.0) for k in ("mq", "mover", "reaper"))
+        out: dict[str, Any] = {
+            "variant": "mq",
+            "tree": str(REPO_DIR) if tree == "-" else tree,
+            "mq_args": extra,
+            "workers": 1,
+            "per_s": round(per_s, 1),
+            "ops": ops,
+            "latency_ms": run.latency_ms(),
+            "statuses": run.statuses(),
+            "socket_errors": run.errors,
+            "server_cpu_ms_per_op": _ms_per_op({**cpu, "daemons_cpu_pct": daemons_pct}, "daemons_cpu_pct", ops),
+            "wrk_cpu_ms_per_op": _ms_per_op(cpu, "wrk_cpu_pct", ops),
+            "cpu": cpu,
+        }
+        if ops:
+            rounds = {k: rounds1.get(k, 0.0) - rounds0.get(k, 0.0) for k in rounds1}
+            out["rounds"] = rounds
+            out["rounds_per_s"] = {k: round(v / run.duration_s, 1) for k, v in rounds.items()}
+            out["sends_per_round"] = {k: round(ops / v, 2) for k, v in rounds.items() if v}
+            loop = sum(v[0] - threads0.get(t, (0, 0))[0] for t, v in threads1.items() if v[2])
+            rest = sum(v[0] - threads0.get(t, (0, 0))[0] for t, v in threads1.items() if not v[2])
+            switches = sum(v[1] - threads0.get(t, (0, 0))[1] for t, v in threads1.items() if v[2])
+            tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+            out["loop_cpu_ms_per_op"] = round(loop * tick_ms / ops, 3)
+            out["other_threads_cpu_ms_per_op"] = round(rest * tick_ms / ops, 3)
+            out["loop_switches_per_op"] = round(switches / ops, 3)
+        return out
+
+
+def floor_rounds(url: str) -> dict[str, float]:
+    """A one-process floor server's group-commit rounds so far (``GET /_rounds``): ``directory``, ``syncfs``."""
+    api = Api(url)
+    try:
+        _, _, body = api.request("GET", "/_rounds")
+    finally:
+        api.close()
+    directory, syncfs = body.split()
+    return {"directory": float(directory), "syncfs": float(syncfs)}
+
+
+def mq_rounds(port: int) -> dict[str, float]:
+    """mq's group-commit rounds so far by kind (``syncfs``, ``directory``, ``file``): ``GET /metrics`` counts."""
+    api = Api(f"http://127.0.0.1:{port}")
+    try:
+        _, _, body = api.request("GET", "/metrics")
+    finally:
+        api.close()
+    out: dict[str, float] = {}
+    for line in body.decode().splitlines():
+        if line.startswith("mq_storage_fsync_duration_seconds_count{"):
+            kind = line.split('kind="', 1)[1].split('"', 1)[0]
+            out[kind] = out.get(kind, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _threads(pid: int) -> dict[str, tuple[int, int, bool]]:
+    """Per thread of ``pid`` and its descendants, by ``pid/tid``: (CPU ticks, voluntary switches, main thread?)."""
+    out: dict[str, tuple[int, int, bool]] = {}
+    for p in _descendants(pid):
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                stat = Path(f"/proc/{p}/task/{tid}/stat").read_text()
+                status = Path(f"/proc/{p}/task/{tid}/status").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            switches = sum(int(line.split()[1]) for line in status.splitlines() if line.startswith("voluntary_ctxt"))
+            out[f"{p}/{tid}"] = (int(fields[11]) + int(fields[12]), switches, tid == str(p))
+    return out
 
 
 #: Rounds whose two disk loops around a variant differ by at most this factor count as "steady".
@@ -681,7 +890,14 @@ def summarize(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 "steal_pct_median": _median([c["cpu"]["steal_pct"] for c in cells]),
                 "ran_dry_rounds": sum(1 for c in cells if c.get("ran_dry")),
             }
-        best = max(variants, key=lambda n: variants[n]["over_disk_loop_median"] or 0.0)
+            for key in ("loop_cpu_ms_per_op", "other_threads_cpu_ms_per_op", "loop_switches_per_op"):
+                if any(key in c for c in cells):
+                    variants[name][f"{key}_median"] = _median([c.get(key) for c in cells])
+            if any("sends_per_round" in c for c in cells):
+                variants[name]["rounds_per_s"] = [c.get("rounds_per_s") for c in cells]
+                variants[name]["sends_per_round"] = [c.get("sends_per_round") for c in cells]
+        floors = [n for n in variants if n not in rows[0]["floor"] or rows[0]["floor"][n]["variant"] != "mq"]
+        best = max(floors or variants, key=lambda n: variants[n]["over_disk_loop_median"] or 0.0)
         top = variants[best]["over_disk_loop_median"]
         disk_rows = [d for r in rows for d in r["disk_loops"]]
         bars[sc.bar_key] = {
@@ -733,6 +949,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="variants also run in ONE process at 16/64 clients (default pool,group; inline there is one "
         "fsync at a time, the 1-thread disk loop's rate)",
     )
+    p.add_argument(
+        "--mq",
+        action="append",
+        default=[],
+        metavar="NAME=TREE",
+        help="also measure mq from source tree TREE (- = this tree) in the send scenarios above one client",
+    )
+    p.add_argument("--mq-arg", action="append", default=[], metavar="NAME=ARG", help="an extra mq argument of NAME")
     p.add_argument("--pool-threads", type=int, default=64, help="threads per server process (default 64)")
     p.add_argument("--keep-root", action="store_true", help="leave the root in place (default: removed at the end)")
     p.add_argument("--output", help="also write the JSON here")
@@ -749,6 +973,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if set(value) - set(VARIANTS):
             p.error(f"--{attr.replace('_', '-')}: choose among {','.join(VARIANTS)}")
         setattr(args, attr, value)
+    args.mq = dict(item.split("=", 1) for item in args.mq)
+    mq_args: dict[str, list[str]] = {}
+    for item in args.mq_arg:
+        name, arg = item.split("=", 1)
+        mq_args.setdefault(name, []).append(arg)
+    args.mq_args = mq_args
     keys = {sc.key for sc in SCENARIOS}
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     if set(args.scenarios) - keys:

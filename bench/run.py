@@ -95,6 +95,26 @@ from bench.scale import BIG_QUEUE, Scale
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 LUA_DIR = BENCH_DIR / "lua"
+
+
+def mq_tree(pythonpath: str | None = None) -> Path:
+    """The source tree the daemons import: the first ``PYTHONPATH`` entry holding ``daemons/front.py``, else this one.
+
+    The daemons run with it as their working directory: ``mq --processes N`` starts its workers as
+    ``python -m daemons.front`` with the supervisor's working directory, and ``-m`` puts that directory
+    first on ``sys.path``, so a ``PYTHONPATH=<other tree>`` A/B run from this tree's directory would
+    serve this tree in its workers (docs/performance.md, "Several processes with syncfs").
+
+    Args:
+        pythonpath: A ``PYTHONPATH`` value (default: this process's environment's).
+    """
+    value = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
+    for entry in value.split(os.pathsep):
+        if entry and (Path(entry) / "daemons" / "front.py").is_file():
+            return Path(entry).resolve()
+    return REPO_DIR
+
+
 #: Bytes per message body (issue 2: 1 KiB).
 BODY_BYTES = 1024
 #: Marker file that lets the runner wipe a root it created itself.
@@ -572,9 +592,13 @@ class Daemons:
     configured only by its command line (recorded in the JSON).
     """
 
-    def __init__(self, root: Path, log_dir: Path, workers: int | None, extra_mq_args: list[str]) -> None:
+    def __init__(
+        self, root: Path, log_dir: Path, workers: int | None, extra_mq_args: list[str], tree: Path | None = None
+    ) -> None:
         self.root, self.log_dir = root, log_dir
         self.workers, self.extra = workers, extra_mq_args
+        #: The source tree the daemons run (their working directory; on ``PYTHONPATH`` if given): :func:`mq_tree`.
+        self.tree = tree
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.url = ""
         self.exit_codes: dict[str, int | None] = {}
@@ -598,6 +622,9 @@ class Daemons:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
+        if self.tree is not None:
+            env["PYTHONPATH"] = str(self.tree)
+        tree = self.tree or mq_tree(env.get("PYTHONPATH", ""))
         cmd = [self._exe(name), *args]
         log(f"starting {' '.join(cmd)}")
         # Appended, so a restart (the start-up step) keeps the first run's log; readiness is
@@ -605,7 +632,7 @@ class Daemons:
         self._log_offset[name] = path.stat().st_size if path.exists() else 0
         with open(path, "ab") as fh:
             self.spawned_at[name] = time.monotonic()
-            self.procs[name] = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO_DIR)
+            self.procs[name] = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tree)
         return path
 
     def _wait_for(self, name: str, path: Path, pattern: re.Pattern[str] | str, timeout_s: float = 120) -> str:

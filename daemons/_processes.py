@@ -68,9 +68,10 @@ from typing import TYPE_CHECKING, Any
 import click
 from aiohttp import web
 
-from daemons import _idorder, _listen, _runtime, _watchdog
+from daemons import _idorder, _listen, _runtime, _savers, _watchdog
 from daemons._settings import MAX_PROCESSES, Settings
 from mqcore.errors import ConfigError
+from mqcore.protocol import _rounds
 
 if TYPE_CHECKING:
     from daemons._broker import Broker
@@ -91,6 +92,8 @@ RESTART_WINDOW_SECONDS = 60.0
 STOP_MARGIN_SECONDS = 3.0
 #: The file of the supervisor's directory where the workers share their newest acknowledged id (daemons._idorder).
 ACKED_FILE = "acked"
+#: The file of the workers' shared ``syncfs`` rounds in the supervisor's directory (:mod:`mqcore.protocol._rounds`).
+SYNCFS_ROUNDS_FILE = "syncfs-rounds"
 #: ``prctl`` option: the signal a process gets when its parent dies (linux/prctl.h).
 _PR_SET_PDEATHSIG = 1
 
@@ -233,6 +236,7 @@ def worker_from_environment() -> tuple[Settings, WorkerLink] | None:
     _die_with_parent(int(data["parent"]))
     settings = Settings(**data["settings"])
     _idorder.ACKED = _idorder.AckedIds(os.path.join(data["directory"], ACKED_FILE), settings.processes, data["index"])
+    _savers.SHARED_ROUNDS = os.path.join(data["directory"], SYNCFS_ROUNDS_FILE)
     link = WorkerLink(
         data["index"],
         settings.processes,
@@ -355,6 +359,7 @@ class Supervisor:
         host, self.port = self.socket.getsockname()[:2]
         self.directory = tempfile.mkdtemp(prefix="mq-processes-")
         _idorder.create(os.path.join(self.directory, ACKED_FILE), len(self.workers))
+        _rounds.create(os.path.join(self.directory, SYNCFS_ROUNDS_FILE))
         try:
             code = await self._start_all()
             if code is None:

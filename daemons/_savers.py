@@ -68,6 +68,7 @@ from mqcore.fsinfo import DirtyMeter, MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
 from mqcore.protocol._fs import syncfs_available
+from mqcore.protocol._rounds import SharedRounds
 
 T = TypeVar("T")
 
@@ -92,6 +93,10 @@ SYNCFS_BODY_LIMIT = 1 << 20
 #: write the other writer's data back at once, and a writer that writes in bursts would otherwise meet a round again
 #: with each burst.
 FOREIGN_DIRTY_HOLD_SECONDS = 1.0
+
+#: A worker of ``mq --processes N``: the file of the ``syncfs`` rounds its processes share (set at its start by
+#: ``daemons._processes``), else None: this process's rounds are its own.
+SHARED_ROUNDS: str | None = None
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, as daemons._broker
 
@@ -261,16 +266,20 @@ class Savers(Executor):
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
 
+        A worker of ``mq --processes N`` shares its ``syncfs`` rounds with the other workers
+        (:data:`SHARED_ROUNDS`, :mod:`mqcore.protocol._rounds`).
+
         Args:
             mode: One of :data:`FILE_SYNC_MODES` (:func:`syncfs_allowed` decides).
             mount: The mount of the root, or None if unknown.
         Raises:
-            OSError: The root cannot be opened for ``syncfs``.
+            OSError: The root (or the shared rounds' file) cannot be opened for ``syncfs``.
         """
         self.syncfs = syncfs_allowed(mode, mount)
         self.syncfs_always = self.syncfs and mode == "syncfs"
         if self.syncfs:
-            self.store.disk.use_syncfs(self.store.layout.root)
+            shared = SharedRounds(SHARED_ROUNDS) if SHARED_ROUNDS else None
+            self.store.disk.use_syncfs(self.store.layout.root, shared)
         return self.syncfs
 
     # -- event loop ------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from mqcore.errors import QueueNotFound, StorageUnavailable
+from mqcore.protocol._rounds import SharedRounds
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ def join_or_lead(
     later: dict[str, list[Done]],
     key: str,
     done: Done,
-    sync: Callable[[str], None],
+    sync: Callable[[str], bool | None],
     kind: str,
 ) -> None:
     """Leave ``done`` for the round after the one running for ``key``, or lead the rounds (a group commit).
@@ -200,7 +201,9 @@ def join_or_lead(
         later: Callers waiting per key.
         key: The directory, or ``""`` for a filesystem's ``syncfs``.
         done: This caller's callback (quick, must not raise; runs on the leading thread).
-        sync: One round's system call(s), given ``key``; raises OSError.
+        sync: One round's system call(s), given ``key``; raises OSError. True: it made none (another
+            process's round covered its callers: :class:`FsSyncer` with shared rounds), so the round is
+            not reported to ``on_fsync``.
         kind: :data:`STORAGE_HOOKS` ``on_fsync``'s kind (``"directory"`` or ``"syncfs"``).
     """
     with cond:
@@ -218,11 +221,12 @@ def join_or_lead(
             later[key] = []
         error: OSError | None = None
         started = time.perf_counter()
+        borrowed = None
         try:
-            sync(key)
+            borrowed = sync(key)
         except OSError as exc:
             error = exc
-        if error is None and STORAGE_HOOKS.on_fsync is not None:
+        if error is None and not borrowed and STORAGE_HOOKS.on_fsync is not None:
             STORAGE_HOOKS.on_fsync(kind, time.perf_counter() - started, len(callers))
         for callback in callers:
             try:
@@ -268,13 +272,23 @@ class FsSyncer:
     the last failed round gets that round's error even if its own round succeeded ("fsyncgate":
     nothing that may have been lost is ever called durable).
 
+    With ``shared`` (the processes of ``mq --processes N``), the rounds of every process sharing it are
+    numbered in one sequence and run one at a time, a leader whose files were closed before another
+    process's round started takes that round's outcome instead of calling ``syncfs``, and the epoch
+    counts the failed rounds of every process (:mod:`mqcore.protocol._rounds`): a round that failed in
+    any process fails every caller, in any process, that read its epoch before that round ended. A
+    process that took another's failed round also gets the same error again from its own descriptor's
+    next ``syncfs`` (errseq: each open file description sees each error once), which fails that round
+    too: the safe side.
+
     Args:
         root: A directory on the filesystem (mq's root).
+        shared: The rounds shared with the other processes of this host on the root, or None.
     Raises:
         OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, shared: SharedRounds | None = None) -> None:
         if _SYNCFS is None:
             raise OSError(errno.ENOSYS, "libc has no syncfs")
         self._syncfs = _SYNCFS
@@ -285,10 +299,13 @@ class FsSyncer:
         self._failures = 0
         self._failure = OSError(errno.EIO, os.strerror(errno.EIO))
         self._failure_earlier = self._failure
+        self._shared = shared
+        #: Rounds of another process whose outcome this one took (``shared`` only).
+        self.borrowed = 0
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
-        return self._failures
+        return self._failures if self._shared is None else self._shared.failures()
 
     def sync_later(self, done: Done, epoch: int) -> None:
         """Call ``done`` once a ``syncfs`` that started after this call has completed; never wait for it.
@@ -304,26 +321,48 @@ class FsSyncer:
         """
 
         def checked(error: OSError | None) -> None:
-            done(self._failure_earlier if error is None and self._failures != epoch else error)
+            if error is None and self.epoch() != epoch:
+                error = self._failure_earlier if self._shared is None else _earlier(self._shared.failed_errno())
+            done(error)
 
-        join_or_lead(self._cond, self._later, "", checked, self._sync, "syncfs")
+        join_or_lead(
+            self._cond, self._later, "", checked, self._sync if self._shared is None else self._sync_shared, "syncfs"
+        )
+
+    def _call(self) -> int:
+        """One ``syncfs`` of the root's filesystem: 0, or its errno."""
+        return 0 if self._syncfs(self._fd) == 0 else ctypes.get_errno() or errno.EIO
 
     def _sync(self, _key: str) -> None:
-        if self._syncfs(self._fd) != 0:
-            code = ctypes.get_errno()
+        code = self._call()
+        if code:
             error = OSError(code, os.strerror(code))
             self._failure = error
             # The epoch rule's callers: their own round succeeded, so say whose round reported the error.
-            self._failure_earlier = OSError(
-                code, f"{os.strerror(code)}, reported to a round that ended after this send began"
-            )
+            self._failure_earlier = _earlier(code)
             self._failures += 1  # before any callback of this round runs (only the leader writes these)
             raise error
 
+    def _sync_shared(self, _key: str) -> bool:
+        assert self._shared is not None
+        code, borrowed = self._shared.round(self._call)  # the shared failure count is updated before it returns
+        self.borrowed += borrowed
+        if code:
+            raise OSError(code, os.strerror(code))
+        return borrowed
+
     def close(self) -> None:
-        """Close the descriptor on the root (no round may start after this)."""
+        """Close the descriptor on the root, and the shared rounds' file if any (no round may start after this)."""
         with contextlib.suppress(OSError):
             os.close(self._fd)
+        if self._shared is not None:
+            with contextlib.suppress(OSError):
+                self._shared.close()
+
+
+def _earlier(code: int) -> OSError:
+    """The epoch rule's error: its caller's own round succeeded, so it says whose round reported the error."""
+    return OSError(code, f"{os.strerror(code)}, reported to a round that ended after this send began")
 
 
 def fsync_dir(path: str) -> None:
@@ -357,14 +396,17 @@ class Disk:
         #: The ``syncfs`` group commit of the root's filesystem, once :meth:`use_syncfs` opened it (None: not used).
         self.files: FsSyncer | None = None
 
-    def use_syncfs(self, root: str) -> None:
+    def use_syncfs(self, root: str, shared: SharedRounds | None = None) -> None:
         """Open the ``syncfs`` group commit on ``root``'s filesystem (:attr:`files`), for :meth:`syncfs_later`.
 
+        Args:
+            root: mq's root.
+            shared: Rounds shared with the other processes of this host on ``root`` (:class:`FsSyncer`), or None.
         Raises:
             OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
         """
         if self.files is None:
-            self.files = FsSyncer(root)
+            self.files = FsSyncer(root, shared)
 
     def syncfs_epoch(self) -> int:
         """:meth:`FsSyncer.epoch` (0 before :meth:`use_syncfs`): read before writing files for :meth:`syncfs_later`."""

@@ -31,7 +31,9 @@ def _files(root: Path) -> dict[str, list[str]]:
     return {d: sorted(p.name for p in (root / d).iterdir()) for d in ("new", f"queues/{QUEUE}", "delay", "remove")}
 
 
-@pytest.mark.parametrize(("variant", "workers"), [("inline", 1), ("pool", 1), ("group", 1), ("group", 2)])
+@pytest.mark.parametrize(
+    ("variant", "workers"), [("inline", 1), ("pool", 1), ("group", 1), ("group", 2), ("syncfs", 1)]
+)
 def test_send_receive_delete_do_the_file_work(tmp_path: Path, variant: str, workers: int) -> None:
     root = make_root(tmp_path / "floor")
     ready = root / "queues" / QUEUE
