@@ -246,40 +246,6 @@ def _libc_syncfs() -> Callable[[int], int] | None:
 _SYNCFS = _libc_syncfs()
 
 
-def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """libc's ``sync_file_range(2)`` through ctypes (Python has no ``os.sync_file_range``), or None without it."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return cast("Callable[[int, int, int, int], int]", fn)
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
-#: ``sync_file_range(2)``'s ``SYNC_FILE_RANGE_WRITE``: start writing the range's dirty pages back, do not wait.
-_SYNC_FILE_RANGE_WRITE = 2
-#: A file left to a ``syncfs`` round (``write_file(sync=False)``) whose body is this large has its writeback started
-#: as soon as it is written: its pages are on their way to the disk while the round before its own runs, so its
-#: round waits for less (64 KiB sends at 16 clients; docs/performance.md, "64 KiB bodies (issue 12, stop 21)").
-EARLY_WRITEBACK_BYTES = 65_536
-
-
-def start_writeback(fd: int) -> None:
-    """Start writing ``fd``'s dirty pages back (``sync_file_range(SYNC_FILE_RANGE_WRITE)``), without waiting.
-
-    A hint only: it makes nothing durable (no metadata, no device flush, no wait), so the caller's
-    ``syncfs`` or ``fsync`` stays what makes the data durable, and reports any writeback error
-    (the kernel records it for both). Its own failure, or a libc without the call, is ignored.
-
-    Args:
-        fd: A file descriptor open for writing.
-    """
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-
-
 def syncfs_available() -> bool:
     """True if this process can call ``syncfs(2)`` (libc has it)."""
     return _SYNCFS is not None
@@ -481,8 +447,7 @@ class Disk:
             body: Bytes written after ``data`` with the same ``writev``, so a large message body is
                 not copied into one string with its header first.
             sync: False skips the fsync: the caller makes the data durable otherwise (:meth:`syncfs_later`)
-                before it renames the file anywhere. A ``body`` of :data:`EARLY_WRITEBACK_BYTES` or more then
-                has its writeback started at once (:func:`start_writeback`).
+                before it renames the file anywhere.
         Raises:
             FileExistsError: The create said EEXIST and ``exists_ok_to_retry`` (nothing was created).
             StorageUnavailable: Any other failure (EEXIST too without ``exists_ok_to_retry``).
@@ -499,8 +464,6 @@ class Disk:
         step = "write"
         try:
             write_all(fd, data, body)
-            if not sync and len(body) >= EARLY_WRITEBACK_BYTES:
-                start_writeback(fd)
             if sync and self.fsync:
                 step = "fsync"
                 started = time.perf_counter()

@@ -144,16 +144,15 @@ class Senders:
         self.sent: set[bytes] = set()
         self.going = True
 
-    def body(self, pieces: int = 150) -> bytes:
+    def body(self) -> bytes:
         # Distinct, and long enough to span a page: a torn or zero-filled file cannot pass for another body.
-        body = f"{uuid.uuid4()}:".encode() * pieces
+        body = f"{uuid.uuid4()}:".encode() * 150
         self.sent.add(body)
         return body
 
-    async def single(self, pieces: int = 150) -> None:
-        """Single sends of ``pieces`` x 37 bytes (1,800: 66,600, over ``EARLY_WRITEBACK_BYTES``: early writeback)."""
+    async def single(self) -> None:
         while self.going:
-            body = self.body(pieces)
+            body = self.body()
             try:
                 reply = await self.stack.request("POST", f"/{self.queue}/messages", data=body)
             except DOWN:
@@ -218,8 +217,7 @@ async def test_power_cut_under_sends_keeps_every_acknowledged_message(power_disk
         queue = f"power{cycle}"  # a queue per cycle: the last cycle's messages stay leased (no mq-mover)
         await stack.create_queue(queue)
         senders = Senders(stack, queue)
-        tasks = [asyncio.ensure_future(senders.single()) for _ in range(5)]
-        tasks.append(asyncio.ensure_future(senders.single(pieces=1800)))
+        tasks = [asyncio.ensure_future(senders.single()) for _ in range(6)]
         tasks += [asyncio.ensure_future(senders.batch()) for _ in range(3)]
         await asyncio.sleep(0.3 + 0.2 * cycle)  # the cut lands at a different point of the load each cycle
         power_disk.cut_power()
