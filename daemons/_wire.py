@@ -91,11 +91,8 @@ logger = logging.getLogger("mq.front")
 MAX_HEAD_BYTES = 8190
 #: Bytes of pipelined requests kept while one is answered before the socket's reading pauses.
 PAUSE_BYTES = 262_144
-#: Bytes one socket read may take outside a body: a head (at most MAX_HEAD_BYTES) and the start of its body. Not
-#: more: what lands here is copied out (to bytes, then into the body's buffer), while the rest of a large body is
-#: read straight into its buffer (a 64 KiB send read whole into a 256 KiB scratch was copied twice more;
-#: docs/performance.md, "64 KiB bodies (issue 12, stop 21)").
-SCRATCH_BYTES = 16_384
+#: Bytes one socket read may take outside a body (uvloop's own read buffer is 256 KiB).
+SCRATCH_BYTES = 262_144
 #: A received body this large is written after its head instead of copied into one buffer with it.
 SEPARATE_BODY_BYTES = 65_536
 
