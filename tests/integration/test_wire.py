@@ -193,7 +193,7 @@ def test_large_bodies_pipelined_in_one_write_are_stored_apart(mq: Daemon) -> Non
 def test_a_client_gone_mid_body_leaves_no_message(mq: Daemon) -> None:
     with Conn(mq) as conn:
         assert conn.request("PUT", "/cut")[0] == 201
-    for sent in (10, 16_000, 100_000):  # in the first read, just past it, far into the body
+    for sent in (10, 16_000, 100_000):  # bytes of the body sent before the client goes
         with Conn(mq) as gone:
             gone.send(b"POST /cut/messages HTTP/1.1\r\nHost: mq\r\nContent-Length: 300000\r\n\r\n" + b"x" * sent)
             time.sleep(0.2)
