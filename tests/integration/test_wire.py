@@ -164,6 +164,48 @@ def test_a_request_split_byte_by_byte_and_a_body_in_many_pieces(mq: Daemon) -> N
         assert conn.request("DELETE", f"/q/messages/{message_id}")[0] == 200
 
 
+def test_large_bodies_pipelined_in_one_write_are_stored_apart(mq: Daemon) -> None:
+    # Heads and bodies in one stream: each body's bytes land in its own message, none short, none mixed,
+    # whether a read ends inside a head, inside a body or between two requests.
+    bodies = [bytes([i]) * size + b"end%d" % i for i, size in enumerate((200_000, 70_000, 65_536, 3, 131_072))]
+    with Conn(mq) as conn:
+        conn.send(
+            b"".join(
+                b"POST /big/messages HTTP/1.1\r\nHost: mq\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                for body in bodies
+            )
+        )
+        ids = [_sent(conn.answer()) for _ in bodies]
+        for message_id, body in zip(ids, bodies, strict=True):
+            status, headers, received = conn.request("GET", "/big/messages")
+            assert (status, headers["x-message-id"], len(received)) == (200, message_id, len(body))
+            assert received == body
+            assert conn.request("DELETE", f"/big/messages/{message_id}")[0] == 200
+        # One size again and again, one at a time, each body in several reads.
+        same = [bytes([65 + i]) * 65_536 for i in range(6)]
+        ids = [_sent(conn.request("POST", "/big/messages", body)) for body in same]
+        for message_id, body in zip(ids, same, strict=True):
+            status, headers, received = conn.request("GET", "/big/messages")
+            assert (status, headers["x-message-id"], received == body) == (200, message_id, True)
+            assert conn.request("DELETE", f"/big/messages/{message_id}")[0] == 200
+
+
+def test_a_client_gone_mid_body_leaves_no_message(mq: Daemon) -> None:
+    with Conn(mq) as conn:
+        assert conn.request("PUT", "/cut")[0] == 201
+    for sent in (10, 16_000, 100_000):  # bytes of the body sent before the client goes
+        with Conn(mq) as gone:
+            gone.send(b"POST /cut/messages HTTP/1.1\r\nHost: mq\r\nContent-Length: 300000\r\n\r\n" + b"x" * sent)
+            time.sleep(0.2)
+    with Conn(mq) as conn:
+        message_id = _sent(conn.request("POST", "/cut/messages", b"whole"))
+        status, headers, received = conn.request("GET", "/cut/messages")
+        assert (status, headers["x-message-id"], received) == (200, message_id, b"whole")
+        assert conn.request("DELETE", f"/cut/messages/{message_id}")[0] == 200
+        assert conn.request("GET", "/cut/messages")[0] == 204
+        assert conn.request("DELETE", "/cut")[0] in (200, 204)
+
+
 def test_a_body_over_the_limit_is_413_and_the_connection_goes_on(mq: Daemon) -> None:
     with Conn(mq) as conn:
         status, _, body = conn.request("POST", "/q/messages", b"x" * 2000)
