@@ -9,8 +9,9 @@ filesystem (:func:`daemons._stopguard.blocked_threads`). ``/readyz``
 fsynced and unlinked within :data:`PROBE_DEADLINE_SECONDS`, and the free
 bytes of its filesystem are above ``--min-free-bytes`` (and free inodes above
 0). Any failed check gives 503 with the check's name. Every probe runs on the probe thread, never
-on the event loop (a hung filesystem must not hang the loop), one at a time: while one hangs, the
-next request answers 503 at once.
+on the event loop (a hung filesystem must not hang the loop), one at a time: a request that finds
+an earlier probe running waits for it within that probe's deadline, and once a probe is past its
+deadline every request answers 503 at once.
 
 Sends are refused with 507 ``insufficient_storage`` + Retry-After while the
 free bytes are below ``--min-free-bytes`` (> 0), before the disk is actually
@@ -150,9 +151,19 @@ class Health:
         return result if isinstance(result, dict) else {"stalled": self.stall()}
 
     async def _run_probe(self, name: str, fn: Any) -> Any:
-        """``fn()`` on the probe thread within the deadline; None if it (or the one before) did not answer."""
-        if self._probe is not None and not self._probe.done():
-            return None
+        """``fn()`` on the probe thread within the deadline; None if it (or the one before) did not answer.
+
+        A probe still running from an earlier request is waited for until its own deadline first (one probe
+        at a time): a slow but answering ``fsync`` of ``/readyz`` does not make a ``/healthz`` beside it 503.
+        """
+        while (earlier := self._probe) is not None and not earlier.done():
+            left = PROBE_DEADLINE_SECONDS - (time.monotonic() - self._probe_started)
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(asyncio.shield(earlier), left)
+            except TimeoutError:
+                return None
         self._probe_started, self._probe_name = time.monotonic(), name
         self._probe = asyncio.get_running_loop().run_in_executor(self._probe_thread, fn)
         try:

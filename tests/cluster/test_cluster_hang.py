@@ -75,6 +75,34 @@ def _exited_or_gave_up(daemon: Daemon, timeout: float = STOP_TIMEOUT + 30) -> No
         time.sleep(0.1)
 
 
+def test_a_brief_stall_under_the_probe_deadline_leaves_healthz_and_readyz_ok(
+    gluster: Gluster, stalled: tuple[Host, Daemon, Daemons]
+) -> None:
+    # A filesystem that is slow but answers (here: the FUSE client stopped for 1.5 s, under the probes' 5 s) is
+    # not a stall: a /healthz arriving while /readyz's probe waits on it waits for that probe, then answers 200.
+    host, _, _ = stalled
+    url = host.stack.url
+    replies: dict[str, httpx.Response] = {}
+
+    def get(route: str) -> None:
+        replies[route] = httpx.get(f"{url}/{route}", timeout=60)
+
+    fuse = gluster.fuse_pid(host.index)
+    os.kill(fuse, signal.SIGSTOP)
+    try:
+        probes = [threading.Thread(target=get, args=(route,), daemon=True) for route in ("readyz", "healthz")]
+        for probe in probes:
+            probe.start()
+            time.sleep(0.5)  # /readyz's probe is under way when /healthz comes
+        time.sleep(0.5)
+    finally:
+        os.kill(fuse, signal.SIGCONT)
+    for probe in probes:
+        probe.join(60)
+    assert replies["healthz"].status_code == 200, replies["healthz"].text
+    assert replies["readyz"].status_code == 200, replies["readyz"].text
+
+
 def test_a_stalled_filesystem_fails_healthz_and_sigterm_still_stops_every_daemon_nothing_acknowledged_lost(
     gluster: Gluster, stalled: tuple[Host, Daemon, Daemons]
 ) -> None:
