@@ -18,8 +18,8 @@ Deleting is a rename into ``remove/`` (``docs/protocol.md``, "Delete" and
 
 Once right after start-up and then every ``--expire-interval`` seconds
 (counted from the end of the previous sweep), an expiry sweep runs beside the
-reaping (paced to a tenth of a core, and skipping the queue directories
-unchanged since a sweep after which nothing in them is gone yet:
+reaping (paced to a tenth of a core after the first, and skipping the queue
+directories unchanged since a sweep after which nothing in them is gone yet:
 :mod:`daemons._expiry`):
 
 - for each queue, ``Store.expire_queue``: ready files ``queues/Q/ID.RC`` that
@@ -374,7 +374,9 @@ class Reaper(WatchedDirDaemon):
         queues = await self._step("list_queues", store.list_queues)
         errors = int(queues is None)
         ready = swept = dedup = relisted = 0
-        pause = CpuShare(SWEEP_CPU_SHARE, stopped)
+        # The first sweep after start runs at full speed: start-up work ends fast (issue 12: mq-reaper starts as fast
+        # as mq, 1.8 s of CPU at 1,000,000 ready against 18 s paced); the later ones, mostly skips, are paced.
+        pause = CpuShare(SWEEP_CPU_SHARE if self.swept.sweeps else 1.0, stopped)
         self.swept.keep_only(queues or [])
         due = await self._step("to_sweep", self.swept.to_sweep, store, queues or [], store.clock())
         listed = set(queues or () if due is None else due)
