@@ -504,12 +504,14 @@ class Supervisor:
         code = _runtime.EXIT_OK
         clean = (0, -signal.SIGTERM, -signal.SIGINT)  # a worker killed by SIGTERM before it set up its handlers
         wait = self.settings.stop_timeout_seconds + 1  # a worker stuck in the filesystem exits 69 at its own bound
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait  # one for all: they were signalled together, so they stop in parallel
         for worker in self.workers:
             proc = worker.proc
             if proc is None:
                 continue
             try:
-                rc = await asyncio.wait_for(proc.wait(), wait)
+                rc = await asyncio.wait_for(proc.wait(), max(0.0, deadline - loop.time()))
             except TimeoutError:
                 logger.error("mq process %d did not stop in %.0f s; killing it", worker.index + 1, wait)
                 proc.kill()

@@ -34,14 +34,14 @@ RC_BITS = 30
 _RC_MASK = (1 << RC_BITS) - 1
 #: The last 8 hex digits of an id (the partition rule of :func:`mqcore.names.partition_of`) are its low 32 bits.
 _PARTITION_MASK = 0xFFFFFFFF
-#: A ready file name ``ID.RC`` (:func:`mqcore.names.parse_ready_name`'s rule as one pattern).
-_READY_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.(?:0|[1-9][0-9]{0,8})")
+#: A message id (:func:`mqcore.names.parse_ready_name`'s rule), the one pattern the others below are made of.
+_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+#: A ready file name ``ID.RC``.
+_READY_RE = re.compile(_ID + r"\.(?:0|[1-9][0-9]{0,8})")
 #: Ready names of receive count 0 among names joined by newlines (the id is the group), and the others.
-_READY0_LINES = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12})\.0$", re.M)
-_READY_RC_LINES = re.compile(
-    r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.[1-9][0-9]{0,8}$", re.M
-)
-_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+_READY0_LINES = re.compile(rf"^({_ID})\.0$", re.M)
+_READY_RC_LINES = re.compile(rf"^{_ID}\.[1-9][0-9]{{0,8}}$", re.M)
+_ID_RE = re.compile(_ID)
 
 
 def is_ready_name(name: str) -> bool:
