@@ -357,6 +357,7 @@ class Supervisor:
         else:
             self.socket = _bind(self.settings.address, self.settings.port, listen=self.shared)
         host, self.port = self.socket.getsockname()[:2]
+        _runtime.describe_stop_wait(self._not_exited)
         self.directory = tempfile.mkdtemp(prefix="mq-processes-")
         _idorder.create(os.path.join(self.directory, ACKED_FILE), len(self.workers))
         _rounds.create(os.path.join(self.directory, SYNCFS_ROUNDS_FILE))
@@ -369,6 +370,23 @@ class Supervisor:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.socket.close()
         return code if code else code_at_stop
+
+    def _not_exited(self) -> str:
+        """The workers that have not exited, for the stop guard's give-up line ("" if none); any thread."""
+        left = []
+        for worker in self.workers:
+            proc = worker.proc
+            if proc is None or proc.returncode is not None:
+                continue
+            try:
+                with open(f"/proc/{proc.pid}/stat", "rb") as f:
+                    state = f.read().rpartition(b")")[2].split()[0].decode()
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            left.append(f"mq process {worker.index + 1} (pid {proc.pid}, state {state})")
+        if not left:
+            return ""
+        return ", ".join(left) + " (a process in an uninterruptible file system call exits only when it is answered)"
 
     async def _start_all(self) -> int | None:
         """Start every worker and wait until all listen; None when they do, else the exit code."""

@@ -202,6 +202,16 @@ def sd_notify(state: str) -> None:
 _guard = StopGuard(DEFAULT_STOP_TIMEOUT_SECONDS)
 
 
+def describe_stop_wait(waiting_for: Callable[[], str]) -> None:
+    """Name what a stop waits for besides this process's threads, in the stop guard's give-up line.
+
+    Args:
+        waiting_for: Called (from the guard's thread) when the bound has passed and no thread of this
+            process is in a file system call; returns e.g. "mq process 2 (pid 4711, killed)", or "".
+    """
+    _guard.waiting_for = waiting_for
+
+
 def install_stop_signals(stop: asyncio.Event) -> None:
     """Set ``stop`` on SIGTERM or SIGINT (the daemons then finish their work and exit 0).
 

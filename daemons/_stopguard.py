@@ -187,6 +187,9 @@ class StopGuard:
     def __init__(self, timeout_seconds: float, root: str = "") -> None:
         self.timeout_seconds = timeout_seconds
         self.root = root
+        #: What else a stop may be waiting for, named in the give-up line when no thread of this process is in
+        #: the filesystem (the ``--processes`` supervisor: its workers that have not exited); "" = nothing.
+        self.waiting_for: Callable[[], str] = lambda: ""
         self._armed = threading.Event()
         self._lock = threading.Lock()
 
@@ -225,10 +228,15 @@ class StopGuard:
                 waited, self.timeout_seconds, EXIT_STUCK,
             )  # fmt: skip
         else:
+            try:
+                waiting = self.waiting_for()
+            except Exception:  # the line must still be written and the process must still exit
+                logger.exception("stop: what the stop waits for could not be told")
+                waiting = ""
             logger.error(
                 "stop: not finished %.0f s after the stop signal (--stop-timeout %g) and no thread is in a file "
-                "system call; exiting, exit %d",
-                waited, self.timeout_seconds, EXIT_STUCK,
+                "system call%s; exiting, exit %d",
+                waited, self.timeout_seconds, f"; waiting for {waiting}" if waiting else "", EXIT_STUCK,
             )  # fmt: skip
         for handler in logging.getLogger().handlers:
             with contextlib.suppress(Exception):
