@@ -307,11 +307,11 @@ class Savers(Executor):
 
         The same steps as a saver's, in the same order (the queue's check, the ids, each file
         created, written and fsynced, the renames, the directory's group commit), so the same
-        outcome for every entry; a single entry skips the queue's check (:meth:`_send_one_here`). The returned future is usually done already: unless another
-        thread is leading a round of the directory's fsyncs when this one's renames are made,
-        this thread leads it itself and waits for it (the loop serves nothing meanwhile). If one is,
-        this send is left with it and the future is resolved through the loop's delivery, as a
-        saver's job would be.
+        outcome for every entry; a single entry skips the queue's check (:meth:`_send_one_here`).
+        The returned future is usually done already: unless another thread is leading a round of
+        the directory's fsyncs when this one's renames are made, this thread leads it itself and
+        waits for it (the loop serves nothing meanwhile). If one is, this send is left with it and
+        the future is resolved through the loop's delivery, as a saver's job would be.
 
         Raises:
             RuntimeError: The pool was shut down.
