@@ -119,6 +119,8 @@ def sends(port: int, seconds: float) -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.request("PUT", f"/{QUEUE}")
     conn.getresponse().read()
+    conn.close()  # a connection that sent a PUT is aiohttp's until it closes: the sends get a fresh one (daemons._wire)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
     body = b"x" * 1024
     headers = {"Content-Type": "application/octet-stream"}
     for _ in range(50):  # warm-up

@@ -398,7 +398,7 @@ async def send_of(
         delay = value if value is not None else delay
     message_attributes = parse_message_attributes(headers.get("x-message-attributes"))
     body = await read(attrs.max_message_bytes)
-    check_message_size(len(body) + attributes_size(message_attributes), attrs)
+    check_message_size(len(body) + attributes_size(message_attributes) if message_attributes else len(body), attrs)
     entry = SendEntry(body, headers.get("content-type"), message_attributes or None, delay * 1000)
     if "x-message-group-id" in headers or "x-message-deduplication-id" in headers:  # FIFO queues
         group, dedup = fifo.fifo_fields(

@@ -307,17 +307,19 @@ class Savers(Executor):
 
         The same steps as a saver's, in the same order (the queue's check, the ids, each file
         created, written and fsynced, the renames, the directory's group commit), so the same
-        outcome for every entry. The returned future is usually done already: unless another
-        thread is leading a round of the directory's fsyncs when this one's renames are made,
-        this thread leads it itself and waits for it (the loop serves nothing meanwhile). If one is,
-        this send is left with it and the future is resolved through the loop's delivery, as a
-        saver's job would be.
+        outcome for every entry; a single entry skips the queue's check (:meth:`_send_one_here`).
+        The returned future is usually done already: unless another thread is leading a round of
+        the directory's fsyncs when this one's renames are made, this thread leads it itself and
+        waits for it (the loop serves nothing meanwhile). If one is, this send is left with it and
+        the future is resolved through the loop's delivery, as a saver's job would be.
 
         Raises:
             RuntimeError: The pool was shut down.
         """
         if self._closed:
             raise RuntimeError("mq savers: cannot run a job after shutdown")
+        if len(entries) == 1:
+            return self._send_one_here(queue, entries[0])
         job = SaveJob(queue, entries, self._bound_loop().create_future())
         job.here = threading.get_ident()
         try:
@@ -325,6 +327,52 @@ class Savers(Executor):
         except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), as from a saver
             self._finish(job, exc)
         return job.future
+
+    def _send_one_here(self, queue: QueueName, entry: SendEntry) -> asyncio.Future[Results]:
+        """:meth:`send_here` of one entry, without a :class:`SaveJob`: the same system calls in the same order.
+
+        The queue is not ``stat``-ed first: the caller found it (its state is loaded), and one deleted
+        since is found by the rename, as for a saver's job whose queue went after its check
+        (QueueNotFound, the file unlinked: :meth:`mqcore.protocol.send.Sending.write_new`).
+        """
+        future: asyncio.Future[Results] = self._bound_loop().create_future()
+        store, names, delay_ms = self.store, self.ready_names, entry.delay_ms
+        try:
+            try:
+                pending = store.write_new(
+                    queue, entry.body, entry.content_type, entry.attributes, None, entry.attribute_types,
+                    check_queue=False,
+                )  # fmt: skip
+            except MQError as exc:
+                future.set_result([exc])
+                return future
+            message_id = pending.message_id
+            if delay_ms:
+                names = None  # a delayed send is not made ready here
+            ready = [ready_name(message_id, 0)]
+            if names is not None:
+                names.expect_ready(queue, ready)
+            errors, renamed = store.rename_many([(pending, delay_ms)])
+            if errors[0] is not None:
+                if names is not None:
+                    names.drop_ready(ready)  # no event comes for it
+                future.set_result([errors[0]])
+                return future
+            here = threading.get_ident()
+
+            def synced(error: MQError | None) -> None:
+                outcome = (future, True, [message_id if error is None else error])
+                if threading.get_ident() == here:
+                    settle(outcome)
+                else:  # another thread led the directory's round that covered this rename
+                    self._delivery_of(future).put(outcome)
+
+            (directory,) = renamed
+            store.disk.sync_dir_later(directory, "fsync of the directory", synced)
+        except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), as from a saver
+            if not future.done():
+                future.set_exception(exc)
+        return future
 
     def _free(self) -> int:
         """How many savers could start on a job now: the idle and the not yet started, less the work queued.

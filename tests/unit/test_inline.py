@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,42 @@ async def test_send_here_writes_on_the_calling_thread_with_the_savers_steps(save
     assert isinstance(missing, QueueNotFound)  # as from a saver: nothing written
     pooled = await savers.send("q", [SendEntry(body=b"after")])  # the pool still works beside it
     assert pooled[0] > ids[-1]
+
+
+class RecordedNames:
+    """A ``ReadyNames`` that records what the savers tell it."""
+
+    def __init__(self) -> None:
+        self.expected: list[tuple[str, list[str]]] = []
+        self.dropped: list[str] = []
+
+    def expect_ready(self, queue: QueueName, names: list[str]) -> None:
+        self.expected.append((queue, list(names)))
+
+    def drop_ready(self, names: list[str]) -> None:
+        self.dropped.extend(names)
+
+
+async def test_a_lone_send_tells_its_ready_name_and_a_delayed_one_goes_to_delay(savers, tmp_path):
+    names = RecordedNames()
+    savers.ready_names = names
+    (ready_id,) = await savers.send_here("q", [SendEntry(body=b"now", content_type="text/plain")])
+    assert names.expected == [("q", [f"{ready_id}.0"])]
+    with open(tmp_path / "root" / "queues" / "q" / f"{ready_id}.0", "rb") as fh:
+        assert fh.read().endswith(b"now")
+    (delayed_id,) = await savers.send_here("q", [SendEntry(body=b"later", delay_ms=60_000)])
+    assert names.expected == [("q", [f"{ready_id}.0"])]  # a delayed message is not made ready
+    (delayed,) = os.listdir(tmp_path / "root" / "delay")
+    assert f".q.{delayed_id}." in delayed
+    assert os.listdir(tmp_path / "root" / "new") == []
+    assert names.dropped == []
+
+
+async def test_a_lone_send_to_a_queue_removed_meanwhile_is_not_found_and_leaves_no_file(savers, tmp_path):
+    names = RecordedNames()
+    savers.ready_names = names
+    shutil.rmtree(tmp_path / "root" / "queues" / "q")  # gone after the daemon saw it: the rename finds out
+    (missing,) = await savers.send_here("q", [SendEntry(body=b"x")])
+    assert isinstance(missing, QueueNotFound)
+    assert os.listdir(tmp_path / "root" / "new") == []  # the written file was unlinked
+    assert [name for _, told in names.expected for name in told] == names.dropped  # told, then taken back
