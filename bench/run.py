@@ -1120,12 +1120,15 @@ class Bench:
         proc = self.wrk.start("recv_delete.lua", clients=clients, threads=None, queue=queue)
         next_report = 5.0
         timed_out = False
+        canary: list[tuple[float, float]] = []  # (seconds into the drain, canary_ms), one a second
         try:
             while True:
                 time.sleep(0.2)
                 depth = self.api.depth(queue)
                 now = time.monotonic() - t0
                 samples.append((now, depth))
+                if not canary or now - canary[-1][0] >= 1.0:
+                    canary.append((now, cpu_canary_ms()))
                 if depth == 0:
                     break
                 if now >= next_report:
@@ -1165,6 +1168,7 @@ class Bench:
             # Seconds (from the drain's start) in which requests took >= 200 ms, or receives answered 204.
             "slow_at_s": _events_at(run.counts, "slow_", wall0),
             "empty_at_s": _events_at(run.counts, "empty_", wall0),
+            **_canary_figures(canary, samples, start_depth, tenths),
         }
         log(f"  drained {start_depth - end_depth:,} in {end_t:.1f} s; per tenth: {tenths}")
         return res
@@ -1205,15 +1209,68 @@ def _per_second(samples: list[tuple[float, int]]) -> list[int]:
     return out
 
 
-def _tenths(samples: list[tuple[float, int]], start: int) -> list[float | None]:
-    """Rate (messages/s) of each tenth of a drain from (seconds, depth) samples.
+#: Iterations of :func:`cpu_canary_ms`'s fixed piece of work (~0.4 ms of CPU on this VM when it is idle).
+CANARY_ITERATIONS = 20_000
 
-    The time at which the depth first fell to ``start * (1 - k/10)`` is found
-    by linear interpolation between the two polls around it; a tenth the
-    drain never finished is None.
+
+def cpu_canary_ms() -> float:
+    """Thread CPU time (ms) of a fixed piece of pure-Python work, the median of three runs.
+
+    The drain step runs it once a second beside the drain: the figure grows when
+    the CPUs themselves get slower (another guest on the host's core, its
+    caches, frequency), which a VM does not report as steal. Waiting for a CPU
+    does not count (``time.thread_time``).
     """
-    if start <= 0:
-        return []
+    runs = []
+    for _ in range(3):
+        t0 = time.thread_time()
+        total = 0
+        for i in range(CANARY_ITERATIONS):
+            total += i * i
+        runs.append((time.thread_time() - t0) * 1000)
+    return round(sorted(runs)[1], 3)
+
+
+def _canary_figures(
+    canary: list[tuple[float, float]], samples: list[tuple[float, int]], start: int, tenths: list[float | None]
+) -> dict[str, Any]:
+    """The drain's CPU-speed figures from its (seconds, canary ms) samples.
+
+    Returns ``canary_ms_per_second`` (one a second, from the drain's start),
+    ``canary_ms_by_tenth`` (median of each tenth), and
+    ``tenths_per_s_at_median_speed``: each tenth's rate times its canary
+    over the drain's median canary (what the tenth would have run at if
+    the CPUs had kept the drain's median speed, assuming the rate is
+    inversely proportional to the CPU time per unit of work: mq is CPU-bound
+    in a drain) and the min/max of those. A diagnostic; the bar's figure
+    stays ``min_over_max_tenth``.
+    """
+    if not canary:
+        return {}
+    median = statistics.median(c for _, c in canary)
+    crossings = _crossings(samples, start)
+    by_tenth: list[float | None] = []
+    for a, b in itertools.pairwise(crossings):
+        inside = [c for t, c in canary if a is not None and b is not None and a <= t < b]
+        by_tenth.append(round(statistics.median(inside), 3) if inside else None)
+    adjusted = [
+        round(r * c / median, 1) if r is not None and c is not None and median > 0 else None
+        for r, c in zip(tenths, by_tenth, strict=True)
+    ]
+    rates = [r for r in adjusted if r is not None]
+    return {
+        "canary_ms_per_second": [c for _, c in canary],
+        "canary_ms_by_tenth": by_tenth,
+        "tenths_per_s_at_median_speed": adjusted,
+        "min_over_max_tenth_at_median_speed": round(min(rates) / max(rates), 3) if len(rates) >= 2 else None,
+    }
+
+
+def _crossings(samples: list[tuple[float, int]], start: int) -> list[float | None]:
+    """Seconds at which the drain's depth first fell to ``start * (1 - k/10)``, k = 0..10 (None: never).
+
+    Found by linear interpolation between the two (seconds, depth) polls around each level.
+    """
     crossings: list[float | None] = [0.0]
     for k in range(1, 11):
         level = start * (10 - k) / 10
@@ -1223,6 +1280,19 @@ def _tenths(samples: list[tuple[float, int]], start: int) -> list[float | None]:
                 when = t1 + (t2 - t1) * (d1 - level) / (d1 - d2)
                 break
         crossings.append(when)
+    return crossings
+
+
+def _tenths(samples: list[tuple[float, int]], start: int) -> list[float | None]:
+    """Rate (messages/s) of each tenth of a drain from (seconds, depth) samples.
+
+    The time at which the depth first fell to ``start * (1 - k/10)`` is found
+    by linear interpolation between the two polls around it (:func:`_crossings`);
+    a tenth the drain never finished is None.
+    """
+    if start <= 0:
+        return []
+    crossings = _crossings(samples, start)
     out: list[float | None] = []
     for a, b in itertools.pairwise(crossings):
         if a is None or b is None or b <= a:
