@@ -16,7 +16,9 @@ process; its ready files written fresh before each measurement, no fsync each, o
 floor of bar 3 measured in the same run (stop 22). Per measurement also: the CPU per cycle of mq's loop
 thread and of its other threads, mq-mover's and mq-reaper's. ``--strace DIR`` runs ``strace -c -f`` on
 mq (or the floor) for each measurement (its system calls per cycle; strace slows what it traces, so
-the rates of such a run are not comparable).
+the rates of such a run are not comparable). For mq also the deletes per fsync of ``remove/`` (its
+directory fsync rounds from ``GET /metrics``), the loop thread's time on a core and waiting for one
+(schedstat), and its context switches per cycle.
 
     .venv/bin/python bench/recv_ab.py --base /work/mq-base --root /dev/shm/recv-ab \\
         --clients 1,16 --rounds 4 --seconds 4 --output /tmp/recv-ab.json
@@ -44,7 +46,7 @@ if str(REPO_DIR) not in sys.path:
 from bench.disk_loop import receive_delete_loop  # noqa: E402
 from bench.inline_ab import add_common_args, bench_config, start_tree  # noqa: E402
 from bench.python_floor import QUEUE as FLOOR_QUEUE  # noqa: E402
-from bench.python_floor import FloorServer, Spare, _threads, make_root  # noqa: E402
+from bench.python_floor import FloorServer, Spare, _threads, make_root, mq_rounds  # noqa: E402
 from bench.run import Api, Bench, CpuMeter, Wrk, WrkRun, ensure_wrk, log  # noqa: E402
 
 QUEUE = "recv-ab"
@@ -157,13 +159,36 @@ def _framed(row: dict[str, Any], loops: list[dict[str, Any]]) -> None:
         row["ratio"] = round(row["rate"] / loop_rate, 3)
 
 
+def _run(
+    args: argparse.Namespace, wrk: Wrk, pids: dict[str, int], pid: int, queue: str, clients: int, name: str
+) -> tuple[WrkRun, dict[str, Any]]:
+    """recv_delete.lua at ``clients`` against the server ``pid`` (its processes ``pids``, named as
+    CpuMeter's, the server "mq"); the run and its row (:func:`_row`, :func:`_switched`, ``--strace``)."""
+    meter = CpuMeter(pids)
+    strace = _Strace(args.strace, pid, f"{name}-{clients}")
+    sw0, t0, s0 = switches(pid), _threads(pid), schedstat(pid)
+    run = wrk.run("recv_delete.lua", clients=clients, threads=None, queue=queue, duration_s=args.seconds)
+    sw1, t1, s1 = switches(pid), _threads(pid), schedstat(pid)
+    cpu = meter.stop()
+    traced = strace.stop()
+    row = _row(run, cpu, _loop_split(t0, t1))
+    _switched(row, run, (sw0, sw1), (s0, s1))
+    if traced:
+        row["strace"] = traced
+    return run, row
+
+
+#: The floor variants' ready-file writers, kept for the whole run (each names its files in one sequence).
+_SPARES: dict[str, Spare] = {}
+
+
 def _measure_floor(args: argparse.Namespace, name: str, wrk_exe: str) -> dict[str, Any]:
     """bench/python_floor.py's server (variant ``name`` minus ``floor-``) at each client count."""
     variant = name.removeprefix("floor-")
     log_dir = Path(args.logs) / f"{name}-{time.monotonic_ns()}"
     log_dir.mkdir(parents=True, exist_ok=True)
     froot = make_root(Path(args.root) / name)
-    spare = Spare(Path(args.root) / name / "spare")
+    spare = _SPARES.setdefault(name, Spare(Path(args.root) / name / "spare"))  # its names go on across rounds
     out: dict[str, Any] = {"uptime": os.getloadavg()}
     for clients in args.clients:
         spare.top_up(froot / "queues" / FLOOR_QUEUE, args.depth)
@@ -171,21 +196,11 @@ def _measure_floor(args: argparse.Namespace, name: str, wrk_exe: str) -> dict[st
         server = FloorServer(froot, variant, 1, 64, log_dir / "floor-server.log")
         try:
             wrk = Wrk(wrk_exe, server.url, log_dir / "wrk")
-            meter = CpuMeter({"mq": server.pid})
-            strace = _Strace(args.strace, server.pid, f"{name}-{clients}")
-            sw0, t0, s0 = switches(server.pid), _threads(server.pid), schedstat(server.pid)
-            run = wrk.run("recv_delete.lua", clients=clients, threads=None, queue=FLOOR_QUEUE, duration_s=args.seconds)
-            sw1, t1, s1 = switches(server.pid), _threads(server.pid), schedstat(server.pid)
-            cpu = meter.stop()
-            traced = strace.stop()
+            row = _run(args, wrk, {"mq": server.pid}, server.pid, FLOOR_QUEUE, clients, name)[1]
         finally:
             server.stop()
         if args.disk:
             loops.append(_loop(args, clients))
-        row = _row(run, cpu, _loop_split(t0, t1))
-        _switched(row, run, (sw0, sw1), (s0, s1))
-        if traced:
-            row["strace"] = traced
         _framed(row, loops)
         log(f"  {name} {clients} clients: {row}")
         out[f"clients_{clients}"] = row
@@ -211,19 +226,14 @@ def _measure(
         for clients in args.clients:
             bench.prefill(QUEUE, args.depth, what=f"{name} at {clients}")
             loops = [_loop(args, clients)] if args.disk else []
-            meter = CpuMeter(daemons.pids())
-            strace = _Strace(args.strace, mq_pid, f"{name}-{clients}")
-            sw0, t0, s0 = switches(mq_pid), _threads(mq_pid), schedstat(mq_pid)
-            run = wrk.run("recv_delete.lua", clients=clients, threads=None, queue=QUEUE, duration_s=args.seconds)
-            sw1, t1, s1 = switches(mq_pid), _threads(mq_pid), schedstat(mq_pid)
-            cpu = meter.stop()
-            traced = strace.stop()
+            port = int(url.rsplit(":", 1)[1])
+            rounds0 = mq_rounds(port)
+            run, row = _run(args, wrk, daemons.pids(), mq_pid, QUEUE, clients, name)
+            fsyncs = mq_rounds(port).get("directory", 0.0) - rounds0.get("directory", 0.0)
             if args.disk:
                 loops.append(_loop(args, clients))
-            row = _row(run, cpu, _loop_split(t0, t1))
-            _switched(row, run, (sw0, sw1), (s0, s1))
-            if traced:
-                row["strace"] = traced
+            # A receive+delete run's directory fsyncs are the deletes' fsyncs of remove/ (group commit).
+            row["deletes_per_remove_fsync"] = round(run.counts.get("cycles", 0) / fsyncs, 2) if fsyncs else 0.0
             _framed(row, loops)
             log(f"  {name} {clients} clients: {row}")
             out[f"clients_{clients}"] = row
