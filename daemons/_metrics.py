@@ -225,17 +225,46 @@ class FsyncTimes(Collector):
     observation is one ``deque.append`` (atomic under the GIL); the bucket counts are
     made when the histogram is scraped, or by the observing thread once
     :data:`FSYNC_PENDING_MAX` observations wait (memory stays bounded without scrapes).
+
+    The group commits' batch sizes (``mq_storage_group_commit_batch_size``, one observation per
+    directory fsync: each lone delete's) are kept the same way (:meth:`batch_sizes`).
+
+    Args:
+        name, doc: The histogram's name and help text.
+        buckets: Its upper bounds (ascending; +Inf is added).
+        label: Its one label's name, or None for a histogram without labels (its one kind is ``""``).
+        kinds: The label's values.
     """
 
-    def __init__(self) -> None:
-        #: Observed seconds not yet counted, by kind ("file", "directory").
-        self.pending: dict[str, collections.deque[float]] = {kind: collections.deque() for kind in FSYNC_KINDS}
-        #: kind -> [count per bucket (last = +Inf)..., sum of seconds]; under ``_lock``.
-        self._rows = {kind: [0.0] * (len(FSYNC_BUCKETS) + 2) for kind in FSYNC_KINDS}
+    def __init__(
+        self,
+        name: str = "mq_storage_fsync_duration_seconds",
+        doc: str = "fsync latency, by kind: file (a message file), directory (one group-commit round) or syncfs (one"
+        " round of the message files' group commit).",
+        buckets: tuple[float, ...] = FSYNC_BUCKETS,
+        label: str | None = "kind",
+        kinds: tuple[str, ...] = FSYNC_KINDS,
+    ) -> None:
+        self.name, self.doc, self.buckets, self.label = name, doc, buckets, label
+        #: Observed values not yet counted, by kind ("file", "directory").
+        self.pending: dict[str, collections.deque[float]] = {kind: collections.deque() for kind in kinds}
+        #: kind -> [count per bucket (last = +Inf)..., sum of values]; under ``_lock``.
+        self._rows = {kind: [0.0] * (len(buckets) + 2) for kind in kinds}
         self._lock = threading.Lock()
 
+    @classmethod
+    def batch_sizes(cls) -> FsyncTimes:
+        """The ``mq_storage_group_commit_batch_size`` histogram (no label: observe with kind ``""``)."""
+        return cls(
+            "mq_storage_group_commit_batch_size",
+            "Callers (messages or batches) made durable by one directory fsync (group commit).",
+            BATCH_BUCKETS,
+            None,
+            ("",),
+        )
+
     def observe(self, kind: str, seconds: float) -> None:
-        """Note one fsync of ``kind`` (a key of :data:`FSYNC_KINDS`) that took ``seconds`` (any thread)."""
+        """Note one value (an fsync's seconds) of ``kind`` (one of the kinds given) (any thread)."""
         pending = self.pending[kind]
         pending.append(seconds)
         if len(pending) > FSYNC_PENDING_MAX:
@@ -249,7 +278,7 @@ class FsyncTimes(Collector):
                 popleft = pending.popleft
                 while pending:
                     seconds = popleft()  # only this thread (it holds the lock) takes from the left
-                    row[bisect.bisect_left(FSYNC_BUCKETS, seconds)] += 1
+                    row[bisect.bisect_left(self.buckets, seconds)] += 1
                     row[-1] += seconds
 
     def describe(self) -> list[Metric]:
@@ -260,17 +289,13 @@ class FsyncTimes(Collector):
         yield self._family()
 
     def _family(self) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(
-            "mq_storage_fsync_duration_seconds",
-            "fsync latency, by kind: file (a message file), directory (one group-commit round) or syncfs (one round"
-            " of the message files' group commit).",
-            labels=["kind"],
-        )
+        family = HistogramMetricFamily(self.name, self.doc, labels=[self.label] if self.label else [])
         with self._lock:
             rows = {kind: list(row) for kind, row in self._rows.items()}
         for kind, row in rows.items():
-            bounds = (*map(str, FSYNC_BUCKETS), "+Inf")
-            family.add_metric([kind], list(zip(bounds, itertools.accumulate(row[:-1]), strict=True)), row[-1])
+            bounds = (*map(str, self.buckets), "+Inf")
+            cumulative = list(zip(bounds, itertools.accumulate(row[:-1]), strict=True))
+            family.add_metric([kind] if self.label else [], cumulative, row[-1])
         return family
 
 
@@ -284,12 +309,8 @@ class StorageMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.fsync = FsyncTimes()
         registry.register(self.fsync)
-        self.batch = Histogram(
-            "mq_storage_group_commit_batch_size",
-            "Callers (messages or batches) made durable by one directory fsync (group commit).",
-            buckets=BATCH_BUCKETS,
-            registry=registry,
-        )
+        self.batch = FsyncTimes.batch_sizes()  # one observation per directory fsync: no lock, as fsync's
+        registry.register(self.batch)
         self.errors = Counter(
             "mq_storage_errors",
             "Storage errors (ENOSPC, EIO, a failed fsync...) by the step that failed.",
@@ -310,7 +331,7 @@ class StorageMetrics:
         """STORAGE_HOOKS.on_fsync (any thread): a message file's fsync is one ``deque.append``."""
         self.fsync.observe(kind, seconds)
         if kind != "file":
-            self.batch.observe(batch)
+            self.batch.observe("", batch)
 
     def on_error(self, step: str) -> None:
         """STORAGE_HOOKS.on_error (any thread)."""

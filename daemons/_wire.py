@@ -82,6 +82,7 @@ from daemons._http import (
 )
 from daemons._metrics import timed
 from mqcore.errors import MessageTooLarge, RequestTimeout
+from mqcore.model import ReceivedMessage
 
 __all__ = ["MAX_HEAD_BYTES", "Wire", "WireConnection"]
 
@@ -530,11 +531,11 @@ class WireConnection(asyncio.BufferedProtocol):
                     return _response_reply(json_answer, minor, conn)
                 if not messages:
                     return _Reply(204, _STATUS[204, minor] + _date_server(conn) + b"\r\n")
-                fields = "".join([f"{k}: {v}\r\n" for k, v in received_headers(messages[0]).items()])
+                fields = _received_fields(messages[0])
                 body = messages[0].body
                 if len(body) >= SEPARATE_BODY_BYTES:  # written after the head, not copied into it
-                    return _Reply(200, _head(200, minor, fields.encode(), b"", conn, len(body)), tail=body)
-                return _Reply(200, _head(200, minor, fields.encode(), body, conn))
+                    return _Reply(200, _head(200, minor, fields, b"", conn, len(body)), tail=body)
+                return _Reply(200, _head(200, minor, fields, body, conn))
             body = await delete_of(wire.broker, parts[1], parts[3], query)
             return _Reply(200, _head(200, minor, _JSON_UTF8, body, conn))
         except Exception as exc:  # noqa: BLE001 -- error_response logs it or raises it again
@@ -542,6 +543,22 @@ class WireConnection(asyncio.BufferedProtocol):
             if isinstance(exc, RequestTimeout):  # the connection is cut after it
                 return _response_reply(response, minor, b"Connection: close\r\n" if minor else b"", cut=True)
             return _response_reply(response, minor, conn)
+
+
+def _received_fields(message: ReceivedMessage) -> bytes:
+    """The header lines of a raw receive's 200 (:func:`daemons._http.received_headers`, CRLF-ended), as bytes.
+
+    A message of a standard queue without attributes (the usual one) is formatted in one step, without
+    the header dict; any other goes through :func:`~daemons._http.received_headers`.
+    """
+    if message.attributes or message.group_id is not None:
+        return "".join([f"{k}: {v}\r\n" for k, v in received_headers(message).items()]).encode()
+    return (
+        f"Content-Type: {message.content_type}\r\nX-Message-Id: {message.message_id}\r\n"
+        f"X-Receive-Count: {message.receive_count}\r\nX-Sent-Timestamp: {message.sent_ms}\r\n"
+        f"X-Receipt-Handle: {message.in_flight_name}\r\nX-First-Receive-Timestamp: {message.first_receive_ms}\r\n"
+        f"X-Visibility-Deadline: {message.deadline_ms}\r\n"
+    ).encode()
 
 
 def _route(method: str, parts: list[str]) -> str:

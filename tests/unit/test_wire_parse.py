@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from daemons import _wire
+from daemons._http import received_headers
+from mqcore.model import ReceivedMessage
 
 GET = b"GET /q/messages HTTP/1.1\r\nHost: localhost:8080"
 POST = b"POST /q/messages HTTP/1.1\r\nHost: h\r\nContent-Type: application/octet-stream\r\nContent-Length: 1024"
@@ -63,3 +65,32 @@ def test_a_long_block_is_parsed_but_not_kept():
         got = _wire._parse(head)
         assert got is not None and got[4]["x-pad"] == "p" * 2000
     assert head[head.find(b"\r") :] not in _wire._BLOCKS
+
+
+def _message(**fields: object) -> ReceivedMessage:
+    base: dict[str, object] = {
+        "queue": "q",
+        "message_id": "0193a3b2c4d57e6f8819a2a3b4c5d6e7",
+        "body": b"x" * 10,
+        "content_type": "text/plain; charset=utf-8",
+        "receive_count": 2,
+        "deadline_ms": 1795531692039,
+        "in_flight_name": "1795531692039.q.0193a3b2c4d57e6f8819a2a3b4c5d6e7.2.d28583c053fd3545",
+        "first_receive_ms": 1795531662039,
+    }
+    base.update(fields)
+    return ReceivedMessage(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        _message(),
+        _message(attributes={"k": "v é"}, attribute_types={"k": "String"}),
+        _message(queue="q.fifo", group_id="g", dedup_id="d"),
+    ],
+    ids=["plain", "attributes", "fifo"],
+)
+def test_a_raw_receive_head_has_the_headers_of_received_headers_in_their_order(message: ReceivedMessage) -> None:
+    expected = "".join(f"{k}: {v}\r\n" for k, v in received_headers(message).items()).encode()
+    assert _wire._received_fields(message) == expected
