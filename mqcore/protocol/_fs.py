@@ -179,6 +179,47 @@ class DirSyncer:
 Done = Callable[[OSError | None], None]
 
 
+class Gather:
+    """When a round that follows another starts (:func:`join_or_lead`): fuller rounds, fewer system calls.
+
+    A round that follows another (its leader ran one just before) starts once ``files`` callers
+    wait, or ``seconds`` after the first of them was left, whichever comes first; a round whose
+    leader ran none before (a caller that found nobody leading: the file may be alone) starts at
+    once. So a lone caller never waits for the gather, and under load each round covers what came
+    during the previous round and the gather after it.
+
+    Args:
+        files: Callers that start a round at once (>= 1).
+        seconds: The longest a caller waits for others after the previous round ended, from its
+            arrival (a caller that came early in the previous round has waited that long already).
+    """
+
+    __slots__ = ("files", "first", "seconds")
+
+    def __init__(self, files: int, seconds: float) -> None:
+        self.files = files
+        self.seconds = seconds
+        #: ``time.monotonic()`` when the first caller of the next round was left (under the group commit's lock).
+        self.first = 0.0
+
+    def wait(self, cond: threading.Condition, callers: list[Done]) -> None:
+        """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` passed."""
+        deadline = self.first + self.seconds
+        while len(callers) < self.files:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            cond.wait(left)
+
+    def left(self, cond: threading.Condition, callers: list[Done]) -> None:
+        """A caller was appended to ``callers`` (``cond`` held): note the first, wake the leader at the count."""
+        count = len(callers)
+        if count == 1:
+            self.first = time.monotonic()
+        elif count == self.files:
+            cond.notify()
+
+
 def join_or_lead(
     cond: threading.Condition,
     later: dict[str, list[Done]],
@@ -186,6 +227,7 @@ def join_or_lead(
     done: Done,
     sync: Callable[[str], bool | None],
     kind: str,
+    gather: Gather | None = None,
 ) -> None:
     """Leave ``done`` for the round after the one running for ``key``, or lead the rounds (a group commit).
 
@@ -205,20 +247,27 @@ def join_or_lead(
             process's round covered its callers: :class:`FsSyncer` with shared rounds), so the round is
             not reported to ``on_fsync``.
         kind: :data:`STORAGE_HOOKS` ``on_fsync``'s kind (``"directory"`` or ``"syncfs"``).
+        gather: When a round that follows another starts (:class:`Gather`); None: at once.
     """
     with cond:
         waiting = later.get(key)
         if waiting is not None:
             waiting.append(done)  # a leader is running a round: it runs the next one for us
+            if gather is not None:
+                gather.left(cond, waiting)
             return
         later[key] = [done]
+    followed = False
     while True:
         with cond:
             callers = later[key]
             if not callers:
                 del later[key]  # nobody left anything meanwhile: the next caller leads
                 return
+            if followed and gather is not None:
+                gather.wait(cond, callers)  # callers left meanwhile append to this same list
             later[key] = []
+        followed = True
         error: OSError | None = None
         started = time.perf_counter()
         borrowed = None
@@ -248,6 +297,12 @@ def _libc_syncfs() -> Callable[[int], int] | None:
 
 
 _SYNCFS = _libc_syncfs()
+
+#: A ``syncfs`` round that follows another starts once this many sends wait for it, or ...
+SYNCFS_GATHER_FILES = 32
+#: ... this many seconds after the first of them was left (:class:`Gather`; docs/performance.md, "Fuller syncfs
+#: rounds"). A send that finds no round running never waits for it.
+SYNCFS_GATHER_SECONDS = 0.002
 
 
 def syncfs_available() -> bool:
@@ -302,6 +357,8 @@ class FsSyncer:
         self._shared = shared
         #: Rounds of another process whose outcome this one took (``shared`` only).
         self.borrowed = 0
+        #: When a round that follows another starts.
+        self._gather = Gather(SYNCFS_GATHER_FILES, SYNCFS_GATHER_SECONDS)
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
@@ -326,7 +383,13 @@ class FsSyncer:
             done(error)
 
         join_or_lead(
-            self._cond, self._later, "", checked, self._sync if self._shared is None else self._sync_shared, "syncfs"
+            self._cond,
+            self._later,
+            "",
+            checked,
+            self._sync if self._shared is None else self._sync_shared,
+            "syncfs",
+            self._gather,
         )
 
     def _call(self) -> int:
