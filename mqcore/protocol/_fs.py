@@ -182,41 +182,41 @@ Done = Callable[[OSError | None], None]
 class Gather:
     """When a round that follows another starts (:func:`join_or_lead`): fuller rounds, fewer system calls.
 
-    A round that follows another (its leader ran one just before) starts once ``files`` callers
-    wait, or ``seconds`` after the first of them was left, whichever comes first; a round whose
-    leader ran none before (a caller that found nobody leading: the file may be alone) starts at
-    once. So a lone caller never waits for the gather, and under load each round covers what came
-    during the previous round and the gather after it.
+    When a round ends, its leader goes on leading: the next round starts once ``files`` callers
+    wait for it, or ``seconds`` after the previous round ended if at least one does; if none came
+    by then, the leader stops and the next caller leads a round that starts at once. So a caller
+    waits for the gather at most ``seconds`` after the round before its own ended (a lone caller
+    that finds nobody leading not at all), and under load each round covers what came during the
+    previous round and the gather after it.
 
     Args:
         files: Callers that start a round at once (>= 1).
-        seconds: The longest a caller waits for others after the previous round ended, from its
-            arrival (a caller that came early in the previous round has waited that long already).
+        seconds: How long after a round ended the leader waits for callers of the next one.
     """
 
-    __slots__ = ("files", "first", "seconds")
+    __slots__ = ("files", "seconds")
 
     def __init__(self, files: int, seconds: float) -> None:
         self.files = files
         self.seconds = seconds
-        #: ``time.monotonic()`` when the first caller of the next round was left (under the group commit's lock).
-        self.first = 0.0
 
-    def wait(self, cond: threading.Condition, callers: list[Done]) -> None:
-        """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` passed."""
-        deadline = self.first + self.seconds
+    def wait(self, cond: threading.Condition, callers: list[Done], ended: float) -> None:
+        """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` have passed.
+
+        Args:
+            cond: The group commit's lock (held; released while waiting).
+            callers: The list the callers of the next round are appended to.
+            ended: ``time.monotonic()`` when the previous round ended.
+        """
         while len(callers) < self.files:
-            left = deadline - time.monotonic()
+            left = ended + self.seconds - time.monotonic()
             if left <= 0:
                 return
             cond.wait(left)
 
     def left(self, cond: threading.Condition, callers: list[Done]) -> None:
-        """A caller was appended to ``callers`` (``cond`` held): note the first, wake the leader at the count."""
-        count = len(callers)
-        if count == 1:
-            self.first = time.monotonic()
-        elif count == self.files:
+        """A caller was appended to ``callers`` (``cond`` held): wake the leader once there are :attr:`files`."""
+        if len(callers) == self.files:
             cond.notify()
 
 
@@ -257,17 +257,16 @@ def join_or_lead(
                 gather.left(cond, waiting)
             return
         later[key] = [done]
-    followed = False
+    ended = None
     while True:
         with cond:
             callers = later[key]
+            if ended is not None and gather is not None:
+                gather.wait(cond, callers, ended)  # callers left meanwhile append to this same list
             if not callers:
                 del later[key]  # nobody left anything meanwhile: the next caller leads
                 return
-            if followed and gather is not None:
-                gather.wait(cond, callers)  # callers left meanwhile append to this same list
             later[key] = []
-        followed = True
         error: OSError | None = None
         started = time.perf_counter()
         borrowed = None
@@ -282,6 +281,7 @@ def join_or_lead(
                 callback(error)
             except Exception:  # a bug in one caller must not leave the group commit leaderless
                 logger.exception("a group-commit callback failed key=%s", key)
+        ended = time.monotonic()
 
 
 def _libc_syncfs() -> Callable[[int], int] | None:
@@ -300,8 +300,8 @@ _SYNCFS = _libc_syncfs()
 
 #: A ``syncfs`` round that follows another starts once this many sends wait for it, or ...
 SYNCFS_GATHER_FILES = 32
-#: ... this many seconds after the first of them was left (:class:`Gather`; docs/performance.md, "Fuller syncfs
-#: rounds"). A send that finds no round running never waits for it.
+#: ... this many seconds after the previous round ended (:class:`Gather`; docs/performance.md, "Fuller syncfs
+#: rounds"). A send that finds nobody leading the rounds never waits for it.
 SYNCFS_GATHER_SECONDS = 0.002
 
 
