@@ -179,6 +179,47 @@ class DirSyncer:
 Done = Callable[[OSError | None], None]
 
 
+class Gather:
+    """When a round that follows another starts (:func:`join_or_lead`): fuller rounds, fewer system calls.
+
+    When a round ends, its leader goes on leading: the next round starts once ``files`` callers
+    wait for it, or ``seconds`` after the previous round ended if at least one does; if none came
+    by then, the leader stops and the next caller leads a round that starts at once. So a caller
+    waits for the gather at most ``seconds`` after the round before its own ended (a lone caller
+    that finds nobody leading not at all), and under load each round covers what came during the
+    previous round and the gather after it.
+
+    Args:
+        files: Callers that start a round at once (>= 1).
+        seconds: How long after a round ended the leader waits for callers of the next one.
+    """
+
+    __slots__ = ("files", "seconds")
+
+    def __init__(self, files: int, seconds: float) -> None:
+        self.files = files
+        self.seconds = seconds
+
+    def wait(self, cond: threading.Condition, callers: list[Done], ended: float) -> None:
+        """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` have passed.
+
+        Args:
+            cond: The group commit's lock (held; released while waiting).
+            callers: The list the callers of the next round are appended to.
+            ended: ``time.monotonic()`` when the previous round ended.
+        """
+        while len(callers) < self.files:
+            left = ended + self.seconds - time.monotonic()
+            if left <= 0:
+                return
+            cond.wait(left)
+
+    def left(self, cond: threading.Condition, callers: list[Done]) -> None:
+        """A caller was appended to ``callers`` (``cond`` held): wake the leader once there are :attr:`files`."""
+        if len(callers) == self.files:
+            cond.notify()
+
+
 def join_or_lead(
     cond: threading.Condition,
     later: dict[str, list[Done]],
@@ -186,6 +227,7 @@ def join_or_lead(
     done: Done,
     sync: Callable[[str], bool | None],
     kind: str,
+    gather: Gather | None = None,
 ) -> None:
     """Leave ``done`` for the round after the one running for ``key``, or lead the rounds (a group commit).
 
@@ -205,16 +247,22 @@ def join_or_lead(
             process's round covered its callers: :class:`FsSyncer` with shared rounds), so the round is
             not reported to ``on_fsync``.
         kind: :data:`STORAGE_HOOKS` ``on_fsync``'s kind (``"directory"`` or ``"syncfs"``).
+        gather: When a round that follows another starts (:class:`Gather`); None: at once.
     """
     with cond:
         waiting = later.get(key)
         if waiting is not None:
             waiting.append(done)  # a leader is running a round: it runs the next one for us
+            if gather is not None:
+                gather.left(cond, waiting)
             return
         later[key] = [done]
+    ended = None
     while True:
         with cond:
             callers = later[key]
+            if ended is not None and gather is not None:
+                gather.wait(cond, callers, ended)  # callers left meanwhile append to this same list
             if not callers:
                 del later[key]  # nobody left anything meanwhile: the next caller leads
                 return
@@ -233,6 +281,7 @@ def join_or_lead(
                 callback(error)
             except Exception:  # a bug in one caller must not leave the group commit leaderless
                 logger.exception("a group-commit callback failed key=%s", key)
+        ended = time.monotonic()
 
 
 def _libc_syncfs() -> Callable[[int], int] | None:
@@ -248,6 +297,12 @@ def _libc_syncfs() -> Callable[[int], int] | None:
 
 
 _SYNCFS = _libc_syncfs()
+
+#: A ``syncfs`` round that follows another starts once this many sends wait for it, or ...
+SYNCFS_GATHER_FILES = 32
+#: ... this many seconds after the previous round ended (:class:`Gather`; docs/performance.md, "Fuller syncfs
+#: rounds"). A send that finds nobody leading the rounds never waits for it.
+SYNCFS_GATHER_SECONDS = 0.002
 
 
 def syncfs_available() -> bool:
@@ -302,6 +357,8 @@ class FsSyncer:
         self._shared = shared
         #: Rounds of another process whose outcome this one took (``shared`` only).
         self.borrowed = 0
+        #: When a round that follows another starts.
+        self._gather = Gather(SYNCFS_GATHER_FILES, SYNCFS_GATHER_SECONDS)
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
@@ -326,7 +383,13 @@ class FsSyncer:
             done(error)
 
         join_or_lead(
-            self._cond, self._later, "", checked, self._sync if self._shared is None else self._sync_shared, "syncfs"
+            self._cond,
+            self._later,
+            "",
+            checked,
+            self._sync if self._shared is None else self._sync_shared,
+            "syncfs",
+            self._gather,
         )
 
     def _call(self) -> int:
