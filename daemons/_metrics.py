@@ -10,8 +10,8 @@ progress) are computed at scrape time from the broker's indexes and one
 listing of ``delay/``, never updated per message. Storage metrics (fsync
 latency, group-commit size, errors by step) come from
 :data:`mqcore.protocol.STORAGE_HOOKS`, called on the saver threads: the fsync
-histogram is a lock-free queue of observations counted at scrape
-(:class:`FsyncTimes`), the others prometheus-client's thread-safe metrics.
+and group-commit size histograms are lock-free queues of observations counted at
+scrape (:class:`LocklessHistogram`), the others prometheus-client's thread-safe metrics.
 
 Several daemons on one root: every daemon serves its own registry and
 Prometheus scrapes each as its own target (its ``instance`` label), so no
@@ -72,7 +72,7 @@ REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 #: The kinds of fsync the fsync histogram has a series for (its ``kind`` label).
 FSYNC_KINDS = ("file", "directory", "syncfs")
-#: fsync observations that may wait for a scrape before the observing thread counts them (:class:`FsyncTimes`).
+#: Observations that may wait for a scrape before the observing thread counts them (:class:`LocklessHistogram`).
 FSYNC_PENDING_MAX = 4096
 #: Upper bounds of the group-commit batch size buckets (callers covered by one directory fsync).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -215,8 +215,8 @@ async def timed(times: RequestTimes, route: str, method: str, answer: Awaitable[
         times.observe((route, method, str(status)), time.perf_counter() - started)
 
 
-class FsyncTimes(Collector):
-    """The ``mq_storage_fsync_duration_seconds`` histogram, observed from any thread without a lock.
+class LocklessHistogram(Collector):
+    """A histogram observed from any thread without a lock (by default ``mq_storage_fsync_duration_seconds``).
 
     A saver fsyncs one file per message: prometheus-client's ``Histogram.observe``
     (a bucket search in Python and two increments under its lock, 1.2-4.8 µs, and the
@@ -253,7 +253,7 @@ class FsyncTimes(Collector):
         self._lock = threading.Lock()
 
     @classmethod
-    def batch_sizes(cls) -> FsyncTimes:
+    def batch_sizes(cls) -> LocklessHistogram:
         """The ``mq_storage_group_commit_batch_size`` histogram (no label: observe with kind ``""``)."""
         return cls(
             "mq_storage_group_commit_batch_size",
@@ -307,9 +307,9 @@ class StorageMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.fsync = FsyncTimes()
+        self.fsync = LocklessHistogram()
         registry.register(self.fsync)
-        self.batch = FsyncTimes.batch_sizes()  # one observation per directory fsync: no lock, as fsync's
+        self.batch = LocklessHistogram.batch_sizes()  # one observation per directory fsync: no lock, as fsync's
         registry.register(self.batch)
         self.errors = Counter(
             "mq_storage_errors",
