@@ -240,19 +240,35 @@ class CpuMeter:
     machine), except ``machine_busy_pct`` and ``iowait_pct`` (of all cores).
     wrk's share is the CPU of the children reaped during the step (the
     daemons are reaped only at the end, so that is wrk).
+    ``cpu_canary_ms`` is the median of :func:`cpu_canary_ms`, taken once a
+    second by a thread of the bench during the step: how fast the CPUs ran
+    (this VM's vary by 1.5x within minutes, unreported as steal; issue 12,
+    stop 22), to read a step's figures against another's.
     """
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
+        self._canary: list[float] = []
+        self._canary_stop = threading.Event()
+        self._canary_thread = threading.Thread(target=self._sample_canary, name="cpu-canary", daemon=True)
+        self._canary_thread.start()
         self.t0 = time.monotonic()
         self.m0 = _machine_ticks()
         self.p0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()}
         self.c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.s0 = resource.getrusage(resource.RUSAGE_SELF)
 
+    def _sample_canary(self) -> None:
+        while True:
+            self._canary.append(cpu_canary_ms())
+            if self._canary_stop.wait(1.0):
+                return
+
     def stop(self) -> dict[str, float]:
         """Figures since construction."""
         wall = time.monotonic() - self.t0
+        self._canary_stop.set()
+        self._canary_thread.join(5)
         m1 = _machine_ticks()
         d = [b - a for a, b in zip(self.m0, m1, strict=True)]
         total = sum(d) or 1
@@ -276,6 +292,8 @@ class CpuMeter:
         ours = sum(v for k, v in out.items() if k.endswith("_cpu_pct"))
         busy_cores_pct = (total - d[3] - d[4]) / total * 100 * len(os.sched_getaffinity(0))
         out["other_cpu_pct"] = round(max(0.0, busy_cores_pct - ours), 1)
+        if self._canary:  # its own CPU (~1 ms a second) counts in bench_cpu_pct
+            out["cpu_canary_ms"] = round(statistics.median(self._canary), 3)
         return out
 
 
@@ -1209,7 +1227,7 @@ def _per_second(samples: list[tuple[float, int]]) -> list[int]:
     return out
 
 
-#: Iterations of :func:`cpu_canary_ms`'s fixed piece of work (~0.4 ms of CPU on this VM when it is idle).
+#: Iterations of :func:`cpu_canary_ms`'s fixed piece of work (1.0-2.1 ms of CPU on this VM, by how fast its CPUs run).
 CANARY_ITERATIONS = 20_000
 
 
