@@ -481,7 +481,7 @@ class Broker:
 
     def receive_state_now(self, queue: QueueName) -> QueueState | None:
         """:meth:`receive_state` without a coroutine when the queue is loaded and its metadata current, else None
-        (then ``await`` :meth:`receive_state`: the load or the metadata's re-read). The hot receive calls this."""
+        (then ``await`` ``queues.queue_state``: the load or the metadata's re-read). The hot receive calls this."""
         if self.settings.processes > 1 and self.queues.watcher is not None:
             self.queues.on_watch_events()
         state = self.queues.fetcher_for(queue).queues.get(queue)
