@@ -307,7 +307,9 @@ class Broker:
 
     # -- receive ---------------------------------------------------------------
 
-    async def _lease_some(self, request: ReceiveRequest, check_exists: bool) -> list[ReceivedMessage]:
+    async def _lease_some(
+        self, request: ReceiveRequest, check_exists: bool, state: QueueState | None = None
+    ) -> list[ReceivedMessage]:
         """Lease up to ``max_messages`` ready messages, oldest first, in as few fetcher round trips as possible.
 
         The names are popped from the index on the loop and leased on the
@@ -329,6 +331,9 @@ class Broker:
         With ``partition`` = ``(i, M)`` only messages of partition ``i`` of ``M``
         are leased (SMQ's batches; strict FIFO within the partition, no peer fuzz).
 
+        ``state`` is the queue's state when the caller got it with no yield since (one
+        ``queue_state`` per receive instead of two); None: looked up here.
+
         Raises:
             QueueNotFound: Nothing was ready and (``check_exists``) the queue does not exist.
             StorageUnavailable: A lease failed and nothing was leased.
@@ -342,7 +347,8 @@ class Broker:
         if fifo:  # one receive of a FIFO queue at a time here: its group check and its leases go together (19.3)
             await fetcher.lock.acquire()
         try:
-            state = await self.queues.queue_state(queue)
+            if state is None or fifo:  # a FIFO receive may have waited for the lock
+                state = await self.queues.queue_state(queue)
             try:
                 while len(out) < wanted:
                     if not fifo and fetcher.lock.locked():  # a purge, queue deletion or attempt retry: pop after it
@@ -375,8 +381,10 @@ class Broker:
                         state.policy,
                         room if fifo else None,
                     )
-                    try:
-                        here = await self.lone.enter()
+                    try:  # LoneOps.enter without its coroutine, unless a yield must decide
+                        here = self.lone.enter_now()
+                        if here is None:
+                            here = await self.lone.settle()
                     except BaseException:  # cancelled before the lease: the names stay ready
                         index.update(names)
                         raise
@@ -423,25 +431,28 @@ class Broker:
             return self.store.queue_exists(queue)
         return await thread.run(self.store.queue_exists, queue)
 
-    async def _receive_waiting(self, request: ReceiveRequest) -> list[ReceivedMessage]:
+    async def _receive_waiting(self, request: ReceiveRequest, state: QueueState | None = None) -> list[ReceivedMessage]:
         """Lease up to ``max_messages``; if none is ready, wait up to ``wait_time_seconds`` for one (long polling).
 
         The wait is on the queue's arrival notification (sends through this
         daemon, inotify arrivals, rescans), never a poll; it ends at once when
         the daemon stops.
 
+        ``state``: the queue's state, got with no yield since (for the first look only), or None.
+
         Raises:
             ServerBusy: More than ``--max-waiters`` long polls wait on the queue (503).
         """
         queue = request.queue
         if request.wait_time_seconds <= 0:  # no long poll: no arrival to wait for, so no signal to hold
-            return await self._lease_some(request, True)
+            return await self._lease_some(request, True, state)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.wait_time_seconds
         check_exists = True
         while True:
             with self.queues.holding(self.queues.arrivals, queue) as arrival:
-                messages = await self._lease_some(request, check_exists)
+                messages = await self._lease_some(request, check_exists, state)
+                state = None  # a later look after a wait looks the state up again
                 remaining = deadline - loop.time()
                 if messages or self.stopping or remaining <= 0:
                     return messages
@@ -465,9 +476,16 @@ class Broker:
         Raises:
             QueueNotFound: No such queue.
         """
+        state = self.receive_state_now(queue)
+        return state if state is not None else await self.queues.queue_state(queue)
+
+    def receive_state_now(self, queue: QueueName) -> QueueState | None:
+        """:meth:`receive_state` without a coroutine when the queue is loaded and its metadata current, else None
+        (then ``await`` ``queues.queue_state``: the load or the metadata's re-read). The hot receive calls this."""
         if self.settings.processes > 1 and self.queues.watcher is not None:
             self.queues.on_watch_events()
-        return await self.queues.queue_state(queue)
+        state = self.queues.fetcher_for(queue).queues.get(queue)
+        return None if state is None or state.meta_stale else state
 
     async def receive(self, queue: QueueName, args: ReceiveArgs) -> list[ReceivedMessage]:
         """Receive up to ``args.max_messages`` (1-10) messages (SQS ReceiveMessage); [] if none became ready.
@@ -483,10 +501,14 @@ class Broker:
             ServerBusy: Too many long polls wait on the queue.
             StorageUnavailable: The receive failed.
         """
-        state = await self.receive_state(queue)
+        state = self.receive_state_now(queue)  # usually loaded: no coroutine for it
+        if state is None:
+            state = await self.queues.queue_state(queue)  # receive_state's rest (on_watch_events is done)
         request = args.resolve(queue, state.attrs)
         if request.attempt_id is None:
-            return await self._receive_waiting(request)
+            if request.wait_time_seconds <= 0:  # a short poll (_receive_waiting's first step): one layer less
+                return await self._lease_some(request, True, state)
+            return await self._receive_waiting(request, state)
         async with self._attempt_locks.holding_async((queue, request.attempt_id)):
             return await run_async(attempted_receive(self.store, request), self.in_saver, self._attempt_step)
 

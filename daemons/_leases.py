@@ -138,7 +138,9 @@ class Leases:
         Raises:
             MQError: What ``rename`` raised, or StorageUnavailable: the fsync of ``remove/`` failed.
         """
-        here = await self.lone.enter()
+        here = self.lone.enter_now()  # LoneOps.enter without its coroutine, unless a yield must decide
+        if here is None:
+            here = await self.lone.settle()  # cancelled, it uncounts itself
         try:
             if not here:
                 return await self.remover.run(rename)

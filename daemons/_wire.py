@@ -11,7 +11,7 @@ size) that parses those requests itself with a deliberately narrow, strict gramm
 preformatted answers, calling the same shared work as aiohttp's handlers
 (:func:`daemons._http.send_of`, :func:`~daemons._http.receive_of`,
 :func:`~daemons._http.delete_of`; errors by :func:`~daemons._http.error_response`,
-tokens by :func:`daemons._auth.admit_token`, timing by :func:`daemons._metrics.timed`).
+tokens by :func:`daemons._auth.admit_token`, timing as :func:`daemons._metrics.timed` times).
 The batch send and batch delete (``POST /<queue>/messages/batch`` and ``.../delete``,
 :meth:`~daemons._fastpath.FastPath.batch_parts`) are served here too, by
 :func:`daemons._batches.send_batch_of` and :func:`~daemons._batches.delete_batch_of`, with the
@@ -80,7 +80,6 @@ from daemons._http import (
     send_of,
     sent_body,
 )
-from daemons._metrics import timed
 from mqcore.errors import MessageTooLarge, RequestTimeout
 from mqcore.model import ReceivedMessage
 
@@ -457,19 +456,31 @@ class WireConnection(asyncio.BufferedProtocol):
     async def _serve(
         self, method: str, target: str, parts: list[str], keep_alive: bool, headers: dict[str, str]
     ) -> None:
-        """Answer one request, then go on with the next one in the buffer."""
+        """Answer one request, then go on with the next one in the buffer.
+
+        The request's time goes into ``mq_http_request_duration_seconds`` as
+        :func:`daemons._metrics.timed` counts it (the answer's status; 499 cancelled, 500 an
+        exception), here without its wrapping coroutine: one layer less on every hot request.
+        """
+        started = time.perf_counter()
+        status = 500
         try:
-            reply = await timed(
-                self._wire.broker.metrics.times,
-                _route(method, parts),
-                method,
-                self._answer(method, target, parts, headers),
-            )
-        except Exception:  # noqa: BLE001 -- a socket's error re-raised by error_response: the client went away
+            reply = await self._answer(method, target, parts, headers)
+            status = reply.status
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
+            raise
+        except Exception as exc:  # noqa: BLE001 -- a socket's error re-raised by error_response: the client went away
+            if isinstance(exc, web.HTTPException):
+                status = exc.status
             self._task = None
             if self._transport is not None:
                 self._transport.close()
             return
+        finally:
+            self._wire.broker.metrics.times.observe(
+                (_route(method, parts), method, str(status)), time.perf_counter() - started
+            )
         self._drop_body()
         transport = self._transport
         if transport is None:
