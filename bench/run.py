@@ -248,7 +248,8 @@ class CpuMeter:
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
-        self._canary: list[float] = []
+        #: (time.monotonic(), cpu_canary_ms) once a second while the meter runs.
+        self.canary: list[tuple[float, float]] = []
         self._canary_stop = threading.Event()
         self._canary_thread = threading.Thread(target=self._sample_canary, name="cpu-canary", daemon=True)
         self._canary_thread.start()
@@ -260,7 +261,7 @@ class CpuMeter:
 
     def _sample_canary(self) -> None:
         while True:
-            self._canary.append(cpu_canary_ms())
+            self.canary.append((time.monotonic(), cpu_canary_ms()))
             if self._canary_stop.wait(1.0):
                 return
 
@@ -292,8 +293,8 @@ class CpuMeter:
         ours = sum(v for k, v in out.items() if k.endswith("_cpu_pct"))
         busy_cores_pct = (total - d[3] - d[4]) / total * 100 * len(os.sched_getaffinity(0))
         out["other_cpu_pct"] = round(max(0.0, busy_cores_pct - ours), 1)
-        if self._canary:  # its own CPU (~1 ms a second) counts in bench_cpu_pct
-            out["cpu_canary_ms"] = round(statistics.median(self._canary), 3)
+        if self.canary:  # its own CPU (~1 ms a second) counts in bench_cpu_pct
+            out["cpu_canary_ms"] = round(statistics.median(c for _, c in self.canary), 3)
         return out
 
 
@@ -1138,15 +1139,12 @@ class Bench:
         proc = self.wrk.start("recv_delete.lua", clients=clients, threads=None, queue=queue)
         next_report = 5.0
         timed_out = False
-        canary: list[tuple[float, float]] = []  # (seconds into the drain, canary_ms), one a second
         try:
             while True:
                 time.sleep(0.2)
                 depth = self.api.depth(queue)
                 now = time.monotonic() - t0
                 samples.append((now, depth))
-                if not canary or now - canary[-1][0] >= 1.0:
-                    canary.append((now, cpu_canary_ms()))
                 if depth == 0:
                     break
                 if now >= next_report:
@@ -1162,6 +1160,7 @@ class Bench:
         finally:
             run = self.wrk.finish(proc)
         cpu = self._cpu(meter, run.counts.get("cycles", 0))
+        canary = [(t - t0, c) for t, c in meter.canary]  # (seconds into the drain, canary_ms), one a second
         end_t, end_depth = samples[-1]
         tenths = _tenths(samples, start_depth)
         rates = [r for r in tenths if r is not None]
@@ -1234,7 +1233,7 @@ CANARY_ITERATIONS = 20_000
 def cpu_canary_ms() -> float:
     """Thread CPU time (ms) of a fixed piece of pure-Python work, the median of three runs.
 
-    The drain step runs it once a second beside the drain: the figure grows when
+    :class:`CpuMeter` runs it once a second during every step: the figure grows when
     the CPUs themselves get slower (another guest on the host's core, its
     caches, frequency), which a VM does not report as steal. Waiting for a CPU
     does not count (``time.thread_time``).

@@ -202,17 +202,21 @@ async def timed(times: RequestTimes, route: str, method: str, answer: Awaitable[
         response = await answer
         status = response.status
         return response
-    except asyncio.CancelledError:
-        status = 499  # the client went away (nginx's "client closed request"), e.g. during a long poll
-        raise
-    except Exception as exc:
-        from aiohttp import web  # only on this path: not an import per request (mq-reaper imports no aiohttp)
-
-        if isinstance(exc, web.HTTPException):
-            status = exc.status
+    except BaseException as exc:
+        status = failed_status(exc)
         raise
     finally:
         times.observe((route, method, str(status)), time.perf_counter() - started)
+
+
+def failed_status(exc: BaseException) -> int:
+    """The status a request that raised ``exc`` counts under: 499 for a client gone (``CancelledError``; nginx's
+    "client closed request", e.g. during a long poll), an ``HTTPException``'s own status, else 500."""
+    if isinstance(exc, asyncio.CancelledError):
+        return 499
+    from aiohttp import web  # only on this path: not an import per request (mq-reaper imports no aiohttp)
+
+    return exc.status if isinstance(exc, web.HTTPException) else 500
 
 
 class LocklessHistogram(Collector):

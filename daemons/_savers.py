@@ -62,7 +62,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, Protocol, TypeVar
 
-from daemons._loopdelivery import LoopDelivery, delivery_for, settle
+from daemons._loopdelivery import LoopDelivery, Outcome, delivery_for, settle
 from mqcore.errors import MQError, QueueNotFound, StorageUnavailable
 from mqcore.fsinfo import DirtyMeter, MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
@@ -360,12 +360,8 @@ class Savers(Executor):
                 return future
             here = threading.get_ident()
 
-            def synced(error: MQError | None) -> None:
-                outcome = (future, True, [message_id if error is None else error])
-                if threading.get_ident() == here:
-                    settle(outcome)
-                else:  # another thread led the directory's round that covered this rename
-                    self._delivery_of(future).put(outcome)
+            def synced(error: MQError | None) -> None:  # on another thread if it led the round covering this send
+                self._hand_back((future, True, [message_id if error is None else error]), here)
 
             (directory,) = renamed
             store.disk.sync_dir_later(directory, "fsync of the directory", synced)
@@ -675,10 +671,15 @@ class Savers(Executor):
         outcome = (job.future, True, job.results) if exc is None else (job.future, False, exc)
         if job.here == 0:
             self._done = next(self._finished)
-        if job.here == threading.get_ident():  # 0 (a saver's job) is no thread's ident
+        self._hand_back(outcome, job.here)
+
+    def _hand_back(self, outcome: Outcome, here: int) -> None:
+        """Settle ``outcome`` (future, ok, result) at once on thread ``here`` (the loop's, for a send made on it),
+        else through the loop's delivery (0, a saver's job, is no thread's ident)."""
+        if here == threading.get_ident():
             settle(outcome)
             return
-        self._delivery_of(job.future).put(outcome)
+        self._delivery_of(outcome[0]).put(outcome)
 
     def _delivery_of(self, future: asyncio.Future[Any]) -> LoopDelivery:
         """The delivery of ``future``'s loop: the pool's (bound by the first job from a loop), or the loop's own."""
