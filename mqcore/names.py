@@ -51,6 +51,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import NewType
 
@@ -241,6 +242,14 @@ def check_partition(partition: int | None, partitions: int | None) -> tuple[int,
     return partition, partitions
 
 
+#: Ids whose random bits one ``os.urandom`` call draws (:class:`IdGenerator`): one ``getrandom`` per this many ids.
+ID_RANDOM_BLOCK = 256
+#: The variant digit of an id (``8``-``b``: bits ``10`` then two random bits) for each random hex digit.
+_VARIANT_DIGIT = {f"{i:x}": "89ab"[i & 3] for i in range(16)}
+#: Every live generator, so a forked child drops the random bits it inherited (:func:`_forget_random_blocks`).
+_GENERATORS: weakref.WeakSet[IdGenerator] = weakref.WeakSet()
+
+
 class IdGenerator:
     """Makes message ids: UUIDv7 (RFC 9562) with a 12-bit monotonic counter.
 
@@ -249,22 +258,36 @@ class IdGenerator:
     processes and hosts they are unique by 62 random bits and sort by send
     time to the millisecond, so a queue's ready files, sorted by name, are in
     send order. Thread-safe.
+
+    The random bits come from ``os.urandom``, drawn for :data:`ID_RANDOM_BLOCK`
+    ids at once (one ``getrandom`` system call per block instead of one per id);
+    each id takes bits no other id took, and a child made by ``fork`` drops the
+    block it inherited and draws its own, so parent and child never share bits.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last_ms = 0
         self._counter = 0
+        #: Random hex digits of the current block, and how many of them ids have taken.
+        self._random = ""
+        self._taken = 0
+        _GENERATORS.add(self)
 
     def next_id(self, now_ms: int | None = None) -> MessageId:
         """Return a new message id; ``now_ms`` (epoch ms) defaults to the wall clock."""
         ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         with self._lock:
             ms, counter = self._stamp(ms)
-        return _format_id(ms, counter, int.from_bytes(os.urandom(8), "big"))
+            at = self._taken
+            if at >= len(self._random):
+                self._random, at = os.urandom(8 * ID_RANDOM_BLOCK).hex(), 0
+            self._taken = at + 16
+            rand = self._random[at : at + 16]
+        return _format_id(ms, counter, rand)
 
     def next_ids(self, count: int) -> list[MessageId]:
-        """Return ``count`` new message ids, in increasing order, with one lock and one ``os.urandom`` for all.
+        """Return ``count`` new message ids, in increasing order, with one lock for all.
 
         The same ids as ``count`` calls of :meth:`next_id` in this wall-clock
         millisecond would give (a batch send takes its entries' ids at once).
@@ -272,11 +295,12 @@ class IdGenerator:
         ms = time.time_ns() // 1_000_000
         with self._lock:
             stamps = [self._stamp(ms) for _ in range(count)]
-        rand = os.urandom(8 * count)
-        return [
-            _format_id(ms, counter, int.from_bytes(rand[8 * i : 8 * i + 8], "big"))
-            for i, (ms, counter) in enumerate(stamps)
-        ]
+            at = self._taken
+            if at + 16 * count > len(self._random):  # a fresh block, large enough for all of them
+                self._random, at = os.urandom(8 * max(count, ID_RANDOM_BLOCK)).hex(), 0
+            self._taken = at + 16 * count
+            rand = self._random[at : at + 16 * count]
+        return [_format_id(ms, counter, rand[16 * i : 16 * i + 16]) for i, (ms, counter) in enumerate(stamps)]
 
     def _stamp(self, ms: int) -> tuple[int, int]:
         """The next (millisecond, counter) at wall-clock ``ms``, never going back (the caller holds the lock)."""
@@ -288,12 +312,31 @@ class IdGenerator:
                 self._last_ms, self._counter = self._last_ms + 1, 0
         return self._last_ms, self._counter
 
+    def _forget_random(self) -> None:
+        """Drop the random bits not yet taken (a forked child: its parent holds the same ones)."""
+        self._random, self._taken = "", 0
 
-def _format_id(ms: int, counter: int, rand: int) -> MessageId:
-    """A UUIDv7 message id from its millisecond, its 12-bit counter and 64 random bits (62 of them kept)."""
-    value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))
-    h = f"{value:032x}"
-    return MessageId(f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
+
+def _forget_random_blocks() -> None:
+    """In a child made by ``fork``: every generator draws fresh random bits for its next id."""
+    for generator in list(_GENERATORS):
+        generator._forget_random()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_random_blocks)
+
+
+def _format_id(ms: int, counter: int, rand: str) -> MessageId:
+    """A UUIDv7 message id from its millisecond, its 12-bit counter and 16 random hex digits (62 bits kept).
+
+    ``xxxxxxxx-xxxx-7CCC-Vrrr-rrrrrrrrrrrr``: the millisecond's 12 hex digits, version 7, the counter,
+    the variant digit (``10`` and the low two bits of ``rand``'s first digit), ``rand``'s other 15 digits.
+    """
+    return MessageId(  # %-formatting: 1.1 µs against an f-string's 1.5 (one per message sent; performance.md, stop 23)
+        "%08x-%04x-7%03x-%s%s-%s"  # noqa: UP031
+        % (ms >> 16, ms & 0xFFFF, counter, _VARIANT_DIGIT[rand[0]], rand[1:4], rand[4:])
+    )
 
 
 #: Hex digits of a lease token's per-process random part (64 bits, from ``os.urandom``).

@@ -272,6 +272,39 @@ def test_ids_are_unique_across_processes() -> None:
         assert all(a < b for a, b in itertools.pairwise(out))
 
 
+def test_a_forked_child_draws_random_bits_of_its_own() -> None:
+    """Random bits come in blocks (one ``os.urandom`` per many ids): a child made by ``fork`` must not
+    reuse the block its parent holds, or parent and child would make equal ids in one millisecond."""
+    gen = IdGenerator()
+    gen.next_id()  # the parent now holds a block of random bits
+    t = 1_700_000_000_000
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the same clock reading and counter state as the parent's next id
+        os.close(read_end)
+        os.write(write_end, "\n".join(IdGenerator.next_id(gen, now_ms=t + i) for i in range(50)).encode())
+        os._exit(0)
+    os.close(write_end)
+    parent = [gen.next_id(now_ms=t + i) for i in range(50)]
+    with os.fdopen(read_end) as fh:
+        child = fh.read().split("\n")
+    os.waitpid(pid, 0)
+    assert len(child) == 50
+    assert [sent_ms_of(i) for i in child] == [sent_ms_of(i) for i in parent]  # same millisecond and counter...
+    assert not set(child) & set(parent)  # ...different random bits
+    assert all(ID_RE.fullmatch(i) for i in child)
+
+
+def test_ids_random_bits_are_never_reused() -> None:
+    """Across blocks and batch calls no two ids of one millisecond and counter share their random part."""
+    gen = IdGenerator()
+    ids = [gen.next_id() for _ in range(3_000)] + gen.next_ids(1_000) + gen.next_ids(3) + [gen.next_id()]
+    randoms = [i[19:] for i in ids]  # the variant digit and the random digits after it
+    assert len(set(randoms)) == len(randoms)
+    assert {r[0] for r in randoms} == set("89ab")
+    assert all(a < b for a, b in itertools.pairwise(ids))
+
+
 @pytest.mark.parametrize(
     "value",
     [
