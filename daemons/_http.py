@@ -378,12 +378,17 @@ async def send_to(request: web.Request, broker: Broker, queue_text: str) -> web.
 
 
 async def send_of(
-    broker: Broker, queue_text: str, headers: Mapping[str, str], read: Callable[[int], Awaitable[bytes]]
+    broker: Broker,
+    queue_text: str,
+    headers: Mapping[str, str],
+    read: Callable[[int], Awaitable[bytes]],
+    answered: list[Callable[[], None]] | None = None,
 ) -> str:
     """The work of :func:`send_to` (also ``daemons._wire``'s): the checks, the message stored; its id.
 
     ``queue_text`` is the path's queue segment (not yet checked), ``headers`` the request's, looked up by
-    lower-case name; ``read(limit)`` reads the body, at most ``limit`` bytes (MessageTooLarge, RequestTimeout).
+    lower-case name; ``read(limit)`` reads the body, at most ``limit`` bytes (MessageTooLarge, RequestTimeout);
+    ``answered``: :meth:`daemons._send.Sender.send`'s (the bookkeeping to run right after the ``201``).
 
     Raises:
         MQError: Whatever :func:`send_to` answers as an error (400, 404, 413, 429, 503...).
@@ -405,7 +410,7 @@ async def send_of(
             queue, headers.get("x-message-group-id"), headers.get("x-message-deduplication-id")
         )
         entry = replace(entry, group_id=group, dedup_id=dedup)
-    return await broker.sender.send(queue, entry)
+    return await broker.sender.send(queue, entry, answered)
 
 
 def sent_body(message_id: str) -> bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from daemons import _idorder, _runtime
@@ -75,13 +76,21 @@ class Sender:
                 await _runtime.wait_for_wake(room_made, remaining)
             state = await self.queues.queue_state(queue)
 
-    async def send(self, queue: QueueName, entry: SendEntry) -> MessageId:
+    async def send(
+        self, queue: QueueName, entry: SendEntry, answered: list[Callable[[], None]] | None = None
+    ) -> MessageId:
         """Store a message durably (fsynced) and index it; return its id (SQS SendMessage).
 
         Args:
             queue: The queue.
             entry: The message, checked by the caller (size, attributes; ``delay_ms`` 0-900,000:
                 held in ``delay/`` meanwhile).
+            answered: None: the message is indexed (its ready name, the long polls woken, the capacity
+                reservation released, the counts) before this returns. A list (``daemons._wire``): that
+                bookkeeping is appended to it as one callable instead, which the caller must call right
+                after it has written the ``201``, in the same loop step (no ``await`` in between, so a
+                request read after the ``201`` still finds the message indexed), whatever became of
+                the write. Only on success: an error is raised with the bookkeeping done.
 
         Raises:
             QueueNotFound: No such queue.
@@ -101,7 +110,8 @@ class Sender:
                 raise queue_full(queue, state.attrs)
         lone = broker.lone
         try:
-            await _idorder.before_ids()  # mq --processes N: sequential sends keep their order
+            if _idorder.ACKED is not None:  # mq --processes N: sequential sends keep their order
+                await _idorder.before_ids()
             if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
                 with lone.held():
                     message_id = await self.savers.run(fifo.send_entry, broker.store, queue, entry)
@@ -114,13 +124,25 @@ class Sender:
                 if isinstance(result, MQError):
                     raise result
                 message_id = result
+        except BaseException:
+            state.sending -= admitted
+            raise
+        if _idorder.ACKED is not None:  # before the 201 is written: another worker's next send must see it
+            _idorder.acknowledged([message_id])
+        if answered is None:
+            self._sent(queue, state, admitted, message_id, delay_ms)
+        else:  # right after the 201 (daemons/_wire.py): the answer does not wait for the index
+            answered.append(lambda: self._sent(queue, state, admitted, message_id, delay_ms))
+        return message_id
+
+    def _sent(self, queue: QueueName, state: QueueState, admitted: int, message_id: MessageId, delay_ms: int) -> None:
+        """A send is stored: index its ready name (unless delayed), release its reservation, count it."""
+        try:
             if delay_ms == 0:
                 self.queues.note_ready(queue, ready_name(message_id, 0))
         finally:
             state.sending -= admitted
-        broker.counts.add("sent", queue)
-        _idorder.acknowledged([message_id])
-        return message_id
+        self.broker.counts.add("sent", queue)
 
     async def send_batch(self, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:
         """Send several messages with one group commit (SQS SendMessageBatch); a result per entry, in order.

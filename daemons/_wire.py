@@ -56,6 +56,7 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -116,15 +117,24 @@ _JSON_UTF8 = b"Content-Type: application/json; charset=utf-8\r\n"
 
 class _Reply:
     """One answer: its status (for the metrics), its bytes (a large body apart: ``tail``), whether the
-    connection is cut after it (408)."""
+    connection is cut after it (408), what to run right after it is written (a send's bookkeeping:
+    :meth:`daemons._send.Sender.send`'s ``answered``)."""
 
-    __slots__ = ("cut", "data", "status", "tail")
+    __slots__ = ("after", "cut", "data", "status", "tail")
 
-    def __init__(self, status: int, data: bytes, cut: bool = False, tail: bytes | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        data: bytes,
+        cut: bool = False,
+        tail: bytes | None = None,
+        after: Callable[[], None] | None = None,
+    ) -> None:
         self.status = status
         self.data = data
         self.cut = cut
         self.tail = tail
+        self.after = after
 
 
 class Wire:
@@ -465,30 +475,32 @@ class WireConnection(asyncio.BufferedProtocol):
         less on every hot request.
         """
         started = time.perf_counter()
-        status = 500
+        times = self._wire.broker.metrics.times
         try:
             reply = await self._answer(method, target, parts, headers)
-            status = reply.status
-        except asyncio.CancelledError as exc:
-            status = failed_status(exc)
-            raise
         except Exception as exc:  # noqa: BLE001 -- a socket's error re-raised by error_response: the client went away
-            status = failed_status(exc)
+            times.observe((_route(method, parts), method, str(failed_status(exc))), time.perf_counter() - started)
             self._task = None
             if self._transport is not None:
                 self._transport.close()
             return
-        finally:
-            self._wire.broker.metrics.times.observe(
-                (_route(method, parts), method, str(status)), time.perf_counter() - started
-            )
+        except BaseException as exc:  # cancelled: the client went away (499)
+            times.observe((_route(method, parts), method, str(failed_status(exc))), time.perf_counter() - started)
+            raise
+        seconds = time.perf_counter() - started
         self._drop_body()
         transport = self._transport
+        try:
+            if transport is not None:
+                transport.write(reply.data)
+                if reply.tail is not None:
+                    transport.write(reply.tail)
+        finally:  # the answer is on its way: now what it need not wait for (a send's index, counts, its time)
+            if reply.after is not None:
+                _run_after(reply.after)
+            times.observe((_route(method, parts), method, str(reply.status)), seconds)
         if transport is None:
             return
-        transport.write(reply.data)
-        if reply.tail is not None:
-            transport.write(reply.tail)
         if reply.cut:  # 408: FIN now (the client reads the answer), the socket closed a moment later
             self._closing = True
             cut(transport)
@@ -531,11 +543,13 @@ class WireConnection(asyncio.BufferedProtocol):
                         return _response_reply(await delete_batch_of(wire.broker, parts[1], query, read), minor, conn)
                     text = await send_batch_of(wire.broker, parts[1], query, read)
                     return _Reply(200, _head(200, minor, _JSON_UTF8, text.encode(), conn))
-                message_id = await send_of(wire.broker, parts[1], headers, read)
+                answered: list[Callable[[], None]] = []
+                message_id = await send_of(wire.broker, parts[1], headers, read, answered)
                 return _Reply(
                     201,
                     _head(201, minor, b"X-Message-Id: %s\r\nContent-Type: application/json\r\n" % message_id.encode(),
                           sent_body(message_id), conn),
+                    after=answered[0] if answered else None,
                 )  # fmt: skip
             if method == "GET":
                 messages, json_answer = await receive_of(wire.broker, parts[1], query)
@@ -555,6 +569,15 @@ class WireConnection(asyncio.BufferedProtocol):
             if isinstance(exc, RequestTimeout):  # the connection is cut after it
                 return _response_reply(response, minor, b"Connection: close\r\n" if minor else b"", cut=True)
             return _response_reply(response, minor, conn)
+
+
+def _run_after(after: Callable[[], None]) -> None:
+    """Run a reply's ``after`` (a send's bookkeeping, once its ``201`` is written); a bug in it is logged,
+    not raised into the connection's task (which must go on to its next request)."""
+    try:
+        after()
+    except Exception:
+        logger.exception("bookkeeping after an answer failed")
 
 
 def _received_fields(message: ReceivedMessage) -> bytes:
