@@ -70,6 +70,16 @@ class OwnNames:
         self._marks[name] = SEEN
         return True
 
+    def settled(self, name: str) -> bool:
+        """An inotify arrival of ``name`` (loop thread): True if it is done, as :meth:`arrived`'s False
+        (a name :meth:`noted` indexed already: the mark is dropped). False for any other name, its mark
+        left as it was (the caller then goes through :meth:`arrived`). The common case at one client:
+        each of the daemon's own sends meets its event here, after its answer, in the next window."""
+        if self._marks.get(name) == NOTED:
+            del self._marks[name]
+            return True
+        return False
+
     def noted(self, names: tuple[str, ...], index: _Index) -> bool:
         """The send that published ``names`` was answered (loop thread): index those whose event has not come.
 

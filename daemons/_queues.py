@@ -382,8 +382,13 @@ class QueueStates:
         """Apply every inotify event queued now (never blocks); True if there were any."""
         assert self.watcher is not None
         events = self.watcher.read_tagged()
-        for event in events:
-            self._apply_event(*event)
+        settled = self.own.settled
+        discard = self.metrics_current.discard
+        for tag, name, kind in events:
+            if kind == ARRIVED and settled(name):  # this daemon's own send, indexed at its answer: nothing but
+                discard(tag)  # what any event of the queue does to its metrics row (as _apply_event)
+            else:
+                self._apply_event(tag, name, kind)
         return bool(events)
 
     def _apply_event(self, tag: str, name: str, kind: int) -> None:

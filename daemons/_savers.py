@@ -352,18 +352,18 @@ class Savers(Executor):
             ready = [ready_name(message_id, 0)]
             if names is not None:
                 names.expect_ready(queue, ready)
-            errors, renamed = store.rename_many([(pending, delay_ms)])
-            if errors[0] is not None:
+            try:
+                directory = store.rename_one(pending, delay_ms)
+            except MQError as exc:
                 if names is not None:
                     names.drop_ready(ready)  # no event comes for it
-                future.set_result([errors[0]])
+                future.set_result([exc])
                 return future
             here = threading.get_ident()
 
             def synced(error: MQError | None) -> None:  # on another thread if it led the round covering this send
                 self._hand_back((future, True, [message_id if error is None else error]), here)
 
-            (directory,) = renamed
             store.disk.sync_dir_later(directory, "fsync of the directory", synced)
         except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), as from a saver
             if not future.done():

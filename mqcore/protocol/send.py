@@ -129,6 +129,18 @@ class Sending(Queues):
         target_dir = self._publish_rename(pending, delay_ms, self.clock())
         self.disk.sync_dir(target_dir, "fsync of the directory")
 
+    def rename_one(self, pending: PendingMessage, delay_ms: int) -> str:
+        """:meth:`rename_many` of one message (a lone send): rename it into place; the directory to fsync.
+
+        The caller must fsync the directory returned (``Disk.sync_dir`` or ``Disk.sync_dir_later``)
+        before it calls the message sent. Delays count from the store's clock now.
+
+        Raises:
+            QueueNotFound: The queue was deleted meanwhile; the file is unlinked.
+            StorageUnavailable: The rename failed (the file is unlinked).
+        """
+        return self._publish_rename(pending, delay_ms, self.clock() if delay_ms > 0 else 0)
+
     def _publish_rename(self, pending: PendingMessage, delay_ms: int, now: int, qdir: str | None = None) -> str:
         """The rename of :meth:`publish`, delays counted from ``now`` (epoch ms); returns the directory to fsync.
 
