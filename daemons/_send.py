@@ -116,7 +116,9 @@ class Sender:
                 with lone.held():
                     message_id = await self.savers.run(fifo.send_entry, broker.store, queue, entry)
             else:
-                here = await lone.enter()
+                here = lone.enter_now()  # LoneOps.enter without its coroutine (the usual answer needs no yield)
+                if here is None:
+                    here = await lone.settle()
                 try:  # alone: written on the loop thread (daemons/_inline.py), else by a saver
                     result = (await (self.savers.send_here if here else self.savers.send)(queue, [entry]))[0]
                 finally:

@@ -94,7 +94,6 @@ class DirWatcher:
     def __init__(self) -> None:
         assert INotify is not None
         self._ino = INotify(nonblocking=True)
-        self._fd = int(self._ino.fileno())
         self._tags: dict[int, str] = {}
         self._wds: dict[str, int] = {}
         self._mask = (
@@ -109,7 +108,7 @@ class DirWatcher:
 
     def fileno(self) -> int:
         """The inotify descriptor: readable when events are waiting."""
-        return self._fd
+        return int(self._ino.fileno())
 
     def watch(self, path: str, tag: str, *, departures: bool = True) -> bool:
         """Watch ``path`` under ``tag``; False if the kernel refused (missing dir, no watches left).
@@ -208,62 +207,50 @@ class DirWatcher:
         """Every event waiting now (never blocks) as ``(tag, name, kind)``, in the kernel's order.
 
         :meth:`read`'s events without an object each (the ``mq`` daemon reads one per
-        message it leases, and one per message it sends: its own renames): ``kind`` is
-        :data:`ARRIVED` or :data:`LEFT` for an entry,
+        message it leases): ``kind`` is :data:`ARRIVED` or :data:`LEFT` for an entry,
         :data:`DIR_GONE` (name "") when the watched directory went (its watch is
         dropped), :data:`OVERFLOW` (tag and name "") when events were lost.
-        One loop over the buffers :meth:`_events` reads, without its generator (a step less per event).
         """
         out: list[tuple[str, str, int]] = []
         append = out.append
         tags = self._tags
-        unpack = _EVENT_HEADER.unpack_from
-        header = _EVENT_HEADER.size
-        for data in self._buffers():
-            end = len(data)
-            pos = 0
-            while pos < end:
-                wd, mask, _cookie, size = unpack(data, pos)
-                pos += header + size
-                if mask & _IN_Q_OVERFLOW:
-                    append(("", "", OVERFLOW))
-                    continue
-                tag = tags.get(wd)
-                if tag is None:
-                    continue  # unwatched meanwhile
-                if mask & _SELF_GONE:
-                    del tags[wd]
-                    self._wds.pop(tag, None)
-                    append((tag, "", DIR_GONE))
-                    continue
-                kind = ARRIVED if mask & _ARRIVED else LEFT if mask & _LEFT else 0
-                append((tag, data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), kind))
+        for wd, mask, data, pos, size in self._events():
+            if mask & _IN_Q_OVERFLOW:
+                append(("", "", OVERFLOW))
+                continue
+            tag = tags.get(wd)
+            if tag is None:
+                continue  # unwatched meanwhile
+            if mask & _SELF_GONE:
+                del tags[wd]
+                self._wds.pop(tag, None)
+                append((tag, "", DIR_GONE))
+                continue
+            kind = ARRIVED if mask & _ARRIVED else LEFT if mask & _LEFT else 0
+            append((tag, data[pos - size : pos].rstrip(b"\0").decode(_FS_ENCODING, _FS_ERRORS), kind))
         return out
 
     def _events(self) -> Iterator[tuple[int, int, bytes, int, int]]:
         """Every event waiting now (never blocks) as ``(wd, mask, buffer, end, size)``: the name is
-        ``buffer[end - size : end]`` (NUL-padded), sliced only by the readers that want it."""
+        ``buffer[end - size : end]`` (NUL-padded), sliced only by the readers that want it.
+
+        Reads the descriptor, up to 64 KiB at a time, until no event waits.
+        """
+        fd = self.fileno()
         unpack = _EVENT_HEADER.unpack_from
         header = _EVENT_HEADER.size
-        for data in self._buffers():
+        while True:
+            try:
+                data = os.read(fd, _READ_BYTES)
+            except BlockingIOError:
+                return
             end = len(data)
             pos = 0
             while pos < end:
                 wd, mask, _cookie, size = unpack(data, pos)
                 pos += header + size
                 yield wd, mask, data, pos, size
-
-    def _buffers(self) -> Iterator[bytes]:
-        """The descriptor's waiting events, read up to 64 KiB at a time until none waits (never blocks);
-        each buffer holds whole events."""
-        fd = self._fd
-        while True:
-            try:
-                data = os.read(fd, _READ_BYTES)
-            except BlockingIOError:
-                return
-            yield data
-            if len(data) < _READ_BYTES - 4096:
+            if end < _READ_BYTES - 4096:
                 return  # short read: the queue was drained (saves the EAGAIN read)
 
     def close(self) -> None:

@@ -148,6 +148,40 @@ def test_pipelined_requests_are_answered_in_order(mq: Daemon) -> None:
             assert conn.request("DELETE", f"/q/messages/{message_id}")[0] == 200
 
 
+def test_capacity_counts_sends_answered_on_mq_own_connections(mq: Daemon) -> None:
+    """A send's ready name and its capacity reservation are settled right after its 201 is written, in the
+    same loop step: the next request on any connection sees the queue full, and room again after a delete."""
+    with Conn(mq) as admin:  # a PUT: this connection is aiohttp's from now on, the others stay mq's
+        assert admin.request("PUT", "/capped", b'{"capacity": 2, "capacity_wait_seconds": 0}')[0] == 201
+    with Conn(mq) as conn, Conn(mq) as other:
+        first = _sent(conn.request("POST", "/capped/messages", b"a"))
+        _sent(other.request("POST", "/capped/messages", b"b"))
+        status, headers, body = conn.request("POST", "/capped/messages", b"c")
+        assert (status, json.loads(body)["error"]) == (429, "queue_full"), body
+        assert headers["retry-after"] == "1"
+        assert other.request("POST", "/capped/messages", b"c")[0] == 429
+        status, headers, body = conn.request("GET", "/capped/messages")
+        assert (status, body, headers["x-message-id"]) == (200, b"a", first)
+        handle = headers["x-receipt-handle"]
+        assert other.request("DELETE", f"/capped/messages/{first}?receipt_handle={handle}")[0] == 200
+        _sent(conn.request("POST", "/capped/messages", b"c"))
+
+
+def test_a_send_on_mq_own_connection_wakes_a_long_poll(mq: Daemon) -> None:
+    """The send's bookkeeping after its 201 wakes a receive waiting on another connection."""
+    with Conn(mq) as admin:
+        assert admin.request("PUT", "/woken")[0] == 201
+    with Conn(mq) as poller, Conn(mq) as sender:
+        # 20 s: longer than the socket's read bound, so an answer read at all is a wake by the send
+        poller.send(b"GET /woken/messages?wait_time_seconds=20 HTTP/1.1\r\nHost: mq\r\n\r\n")
+        time.sleep(0.3)  # the poll is waiting (an earlier send would be found at once: the same answer)
+        message_id = _sent(sender.request("POST", "/woken/messages", b"wake up"))
+        status, headers, body = poller.answer()
+        assert (status, body, headers["x-message-id"]) == (200, b"wake up", message_id)
+        handle = headers["x-receipt-handle"]
+        assert sender.request("DELETE", f"/woken/messages/{message_id}?receipt_handle={handle}")[0] == 200
+
+
 def test_a_request_split_byte_by_byte_and_a_body_in_many_pieces(mq: Daemon) -> None:
     with Conn(mq) as conn:
         for byte in b"POST /q/messages HTTP/1.1\r\nHost: mq\r\nContent-Length: 3\r\n\r\nabc":
