@@ -527,8 +527,16 @@ def parse_new_name(filename: str) -> tuple[QueueName, MessageId] | None:
 
 
 def removed_name(queue: QueueName, message_id: MessageId) -> str:
-    """File name of a deleted message inside ``remove/``: ``Q.ID`` (both are checked)."""
-    return f"{check_queue_name(queue)}.{check_message_id(message_id)}"
+    """File name of a deleted message inside ``remove/``: ``Q.ID``.
+
+    Both are checked, the id first (a delete by id refuses a bad id before a bad queue name).
+
+    Raises:
+        InvalidMessageId: ``message_id`` is not a message id.
+        InvalidQueueName: ``queue`` is not a queue name.
+    """
+    checked_id = check_message_id(message_id)
+    return f"{check_queue_name(queue)}.{checked_id}"
 
 
 def removed_entry_queue(filename: str) -> QueueName | None:
