@@ -38,7 +38,7 @@ from daemons._savers import Savers
 from daemons._send import Sender
 from daemons._settings import Settings
 from mqcore.attributes import QueueAttributes, effective
-from mqcore.errors import QueueNotFound, ServerBusy
+from mqcore.errors import MQError, QueueNotFound, ServerBusy
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName, is_fifo_queue, ready_name
 from mqcore.protocol import PeekedFile, Store, now_ms
@@ -46,7 +46,7 @@ from mqcore.service.attempts import KeyedLocks, ReceiveNew, Relet, attempted_rec
 from mqcore.service.fifo import FIFO_ROUND_NAMES
 from mqcore.service.plans import run_async
 from mqcore.service.queues import queue_stats
-from mqcore.service.receive import lease_names
+from mqcore.service.receive import LeaseOutcome, lease_names
 from mqcore.service.requests import ReceiveArgs, ReceiveRequest
 
 logger = logging.getLogger("mq.front")  # the mq daemon's logger, whatever module logs
@@ -389,6 +389,16 @@ class Broker:
                         index.update(names)
                         raise
                     try:  # alone: leased on the loop thread (daemons/_inline.py), else on the fetcher
+                        if here and len(names) == 1 and not fifo:  # the usual lone receive: no LeaseOutcome
+                            try:
+                                message = self.store.lease(queue, names[0], lease[3], policy=state.policy)
+                            except MQError as exc:  # lease_names' rule: the name stays ready; raised if none leased
+                                index.update(names)
+                                LeaseOutcome(error=exc).check(queue, len(out))
+                                break
+                            if message is not None:
+                                out[message.message_id] = message
+                            continue
                         outcome = lease_names(*lease) if here else await fetcher.thread.run(lease_names, *lease)
                     finally:
                         self.lone.leave()

@@ -28,11 +28,21 @@ from daemons._metrics import BrokerCounts
 from daemons._queues import QueueStates
 from daemons._savers import Savers
 from mqcore.errors import MQError
-from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, parse_in_flight_name, ready_name
+from mqcore.names import MessageId, QueueName, ReceiptHandle, is_fifo_queue, ready_name
 from mqcore.protocol import Store, now_ms
 from mqcore.service.handles import LeaseMemory
 
 __all__ = ["Leases"]
+
+
+def _ready_after(in_flight: str, message_id: MessageId) -> str:
+    """The ready name ``ID.RC`` a lease ``DL.Q.ID.RC[.LT]`` of ``message_id`` (made by this daemon) ends as.
+
+    No parse: RC is the field after the id's last occurrence (a token and a count hold no "-", so
+    the id can only recur in the queue's name, before it). Only a hint (a wrong one costs a miss).
+    """
+    rest = in_flight[in_flight.rfind(message_id) + len(message_id) + 1 :]
+    return f"{message_id}.{rest.partition('.')[0]}"
 
 
 class Leases:
@@ -80,26 +90,27 @@ class Leases:
         before any of them is answered.
         """
         in_flight = self.memory.pop_message(queue, message_id)
-        ready_hints = [ready_name(message_id, 0)]
-        if in_flight:
-            parsed = parse_in_flight_name(in_flight)
-            if parsed is not None:  # its lease may have ended: mq-mover made it ready again
-                ready_hints.append(ready_name(message_id, parsed.receive_count))
-        elif self.queues.watcher is not None:
-            # Not leased here: the index is the hint, made current first (a queued inotify event
-            # may name a redelivery). A leased message needs no index: it is not ready, or if mq-mover
-            # just made it ready, the name above is its name and the queued events cancel out.
-            self.queues.on_watch_events()
-        state = self.queues.fetcher_for(queue).queues.get(queue)
-        indexed = state.index.name_for(message_id) if state is not None else None
-        if indexed:
-            ready_hints.insert(0, indexed)
+        state = indexed = None
+        if in_flight:  # its lease may have ended: mq-mover made it ready again, as ID.RC (no index lookup)
+            ready_hints = [_ready_after(in_flight, message_id), ready_name(message_id, 0)]
+        else:
+            if self.queues.watcher is not None:
+                # Not leased here: the index is the hint, made current first (a queued inotify event
+                # may name a redelivery). A leased message needs no index: it is not ready, or if mq-mover
+                # just made it ready, the name above is its name and the queued events cancel out.
+                self.queues.on_watch_events()
+            state = self.queues.fetcher_for(queue).queues.get(queue)
+            indexed = state.index.name_for(message_id) if state is not None else None
+            ready_hints = [indexed, ready_name(message_id, 0)] if indexed else [ready_name(message_id, 0)]
         in_flight_hint = [in_flight] if in_flight else []
         where = await self._remove(
             lambda: self.store.delete(
                 queue, message_id, ready_hint=ready_hints, in_flight_hint=in_flight_hint, sync=False
             )
         )
+        if in_flight and where == "ready":  # its lease had ended: its ready name may be indexed
+            state = self.queues.fetcher_for(queue).queues.get(queue)
+            indexed = ready_hints[0]
         if indexed and state is not None:
             state.index.discard(indexed)
         if where == "ready":

@@ -105,19 +105,34 @@ ATTEMPT_WINDOW_MS = 300_000
 REMOVED_QUEUE_SUFFIX = ".queue"
 
 
+#: Queue names that passed :func:`check_queue_name` (plain ``str`` only; cleared when full).
+_checked_queue_names: set[str] = set()
+#: Most names :data:`_checked_queue_names` holds before it starts again.
+_MAX_CHECKED_QUEUE_NAMES = 100_000
+
+
 def check_queue_name(name: str) -> QueueName:
     """Return ``name`` as a :data:`QueueName` if it is 1-80 chars of ``[A-Za-z0-9_-]`` or a FIFO name.
 
     A FIFO queue's name is 1-75 chars of ``[A-Za-z0-9_-]`` followed by ``.fifo`` (SQS: 80 in all).
+    A name that passed once is remembered (a set lookup instead of the regex: a receive+delete
+    cycle checks its queue's name at each layer that builds a path from it). Only exact ``str``
+    values are remembered, so the answer for any input is the regex's.
 
     Raises:
         InvalidQueueName: Any other string (so ``..``, ``a/b`` or ``""`` never reach a path).
     """
+    if type(name) is str and name in _checked_queue_names:
+        return QueueName(name)
     if not isinstance(name, str) or not _QUEUE_RE.fullmatch(name):
         raise InvalidQueueName(
             "queue names are 1-80 characters of A-Z, a-z, 0-9, '-' and '_' (a FIFO queue's end with '.fifo')",
             queue=cap(name) if isinstance(name, str) else echo(name),
         )
+    if type(name) is str:
+        if len(_checked_queue_names) >= _MAX_CHECKED_QUEUE_NAMES:
+            _checked_queue_names.clear()
+        _checked_queue_names.add(name)
     return QueueName(name)
 
 
@@ -555,8 +570,16 @@ def parse_new_name(filename: str) -> tuple[QueueName, MessageId] | None:
 
 
 def removed_name(queue: QueueName, message_id: MessageId) -> str:
-    """File name of a deleted message inside ``remove/``: ``Q.ID`` (both are checked)."""
-    return f"{check_queue_name(queue)}.{check_message_id(message_id)}"
+    """File name of a deleted message inside ``remove/``: ``Q.ID``.
+
+    Both are checked, the id first (a delete by id refuses a bad id before a bad queue name).
+
+    Raises:
+        InvalidMessageId: ``message_id`` is not a message id.
+        InvalidQueueName: ``queue`` is not a queue name.
+    """
+    checked_id = check_message_id(message_id)
+    return f"{check_queue_name(queue)}.{checked_id}"
 
 
 def removed_entry_queue(filename: str) -> QueueName | None:
@@ -647,9 +670,9 @@ class Layout:
         return prefix + check_message_id(message_id)
 
     def delay_path(self, filename: str) -> str:
-        """Path of a file in ``delay/``."""
-        return os.path.join(self.delay, filename)
+        """Path of a file in ``delay/`` (always inside it: not ``os.path.join``, which an absolute name escapes)."""
+        return f"{self.delay}/{filename}"
 
     def remove_path(self, filename: str) -> str:
-        """Path of a file in ``remove/``."""
-        return os.path.join(self.remove, filename)
+        """Path of a file in ``remove/`` (always inside it, as :meth:`delay_path`)."""
+        return f"{self.remove}/{filename}"

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable
 
 from mqcore.errors import MessageNotFound
-from mqcore.names import MessageId, QueueName, check_message_id, parse_in_flight_name, parse_ready_name, removed_name
+from mqcore.names import MessageId, QueueName, parse_in_flight_name, parse_ready_name, removed_name
 from mqcore.protocol._fs import listdir
 from mqcore.protocol.queues import Queues
 
@@ -52,8 +52,7 @@ class Deletes(Queues):
             QueueNotFound: No such queue.
             MessageNotFound: The message is in none of those places.
         """
-        message_id = check_message_id(message_id)
-        target = removed_name(queue, message_id)
+        target = removed_name(queue, message_id)  # checks the id (first), then the queue: each once
         where = self._delete_somewhere(queue, message_id, target, ready_hint, in_flight_hint, list_ready)
         if where is None:
             self._require_queue(queue)
