@@ -382,8 +382,7 @@ class QueueStates:
         """Apply every inotify event queued now (never blocks); True if there were any."""
         assert self.watcher is not None
         events = self.watcher.read_tagged()
-        settled = self.own.settled
-        discard = self.metrics_current.discard
+        settled, discard = self.own.settled, self.metrics_current.discard
         for tag, name, kind in events:
             if kind == ARRIVED and settled(name):  # this daemon's own send, indexed at its answer: nothing but
                 discard(tag)  # what any event of the queue does to its metrics row (as _apply_event)
