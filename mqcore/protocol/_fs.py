@@ -368,15 +368,11 @@ class FsSyncer:
     Args:
         root: A directory on the filesystem (mq's root).
         shared: The rounds shared with the other processes of this host on the root, or None.
-        round_ended: Called on the leading thread after each round's callbacks have all run (quick, must
-            not raise; :func:`join_or_lead`'s ``ended``): the savers publish a round's sends together.
     Raises:
         OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
     """
 
-    def __init__(
-        self, root: str, shared: SharedRounds | None = None, round_ended: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, root: str, shared: SharedRounds | None = None) -> None:
         if _SYNCFS is None:
             raise OSError(errno.ENOSYS, "libc has no syncfs")
         self._syncfs = _SYNCFS
@@ -392,7 +388,21 @@ class FsSyncer:
         self.borrowed = 0
         #: When a round that follows another starts.
         self._gather = Gather(SYNCFS_GATHER_FILES, SYNCFS_GATHER_SECONDS)
-        self.round_ended = round_ended
+        #: Called after each round's callbacks (:meth:`add_round_end`).
+        self._ended: list[Callable[[], None]] = []
+
+    def add_round_end(self, ended: Callable[[], None]) -> None:
+        """Call ``ended`` on the leading thread after each round's callbacks have all run (:func:`join_or_lead`).
+
+        Args:
+            ended: Quick, must not raise (the savers publish a round's sends together).
+        """
+        self._ended.append(ended)
+
+    def round_end(self) -> None:
+        """Call every :meth:`add_round_end` function, in order (the leader, after a round's callbacks)."""
+        for ended in self._ended:
+            ended()
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
@@ -424,7 +434,7 @@ class FsSyncer:
             self._sync if self._shared is None else self._sync_shared,
             "syncfs",
             self._gather,
-            self.round_ended,
+            self.round_end if self._ended else None,
         )
 
     def _call(self) -> int:
@@ -502,13 +512,15 @@ class Disk:
         Args:
             root: mq's root.
             shared: Rounds shared with the other processes of this host on ``root`` (:class:`FsSyncer`), or None.
-            round_ended: Called after each round's ``done``s have all run (:class:`FsSyncer`), and after each
-                ``done`` without fsyncs (:meth:`syncfs_later`); None: nothing.
+            round_ended: Called after each round's ``done``s have all run (:meth:`FsSyncer.add_round_end`), and
+                after each ``done`` without fsyncs (:meth:`syncfs_later`); None: nothing.
         Raises:
             OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
         """
         if self.files is None:
-            self.files = FsSyncer(root, shared, round_ended)
+            self.files = FsSyncer(root, shared)
+        if round_ended is not None:
+            self.files.add_round_end(round_ended)
 
     def syncfs_epoch(self) -> int:
         """:meth:`FsSyncer.epoch` (0 before :meth:`use_syncfs`): read before writing files for :meth:`syncfs_later`."""
@@ -532,8 +544,8 @@ class Disk:
         """
         if not self.fsync:
             done(None)
-            if self.files is not None and self.files.round_ended is not None:
-                self.files.round_ended()  # a round of one, without its syncfs
+            if self.files is not None:
+                self.files.round_end()  # a round of one, without its syncfs
             return
         if self.files is None:
             raise RuntimeError("mq disk: syncfs_later before use_syncfs")
