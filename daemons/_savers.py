@@ -265,8 +265,8 @@ class Savers(Executor):
         self._foreign_high = False
         self._foreign_until = 0.0
         #: ``syncfs``: the jobs of the round whose ``done``s are running, handed to one saver together once
-        #: all have run (:meth:`_files_synced`, :meth:`_round_synced`; only the round's leader touches it).
-        self._synced: list[SaveJob] = []
+        #: all have run (:meth:`_files_synced`, :meth:`_round_synced`).
+        self._synced = _RoundJobs()
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -560,12 +560,12 @@ class Savers(Executor):
                     job.written[i] = None
                     with contextlib.suppress(OSError):
                         os.unlink(pending.path)
-        self._synced.append(job)
+        self._synced.add(job)
 
     def _round_synced(self) -> None:
         """A ``syncfs`` round's jobs are all kept (its leader's thread): one saver publishes them (one wake a
         round, not a send; their renames share one directory round, :meth:`_publish`), the leader goes on."""
-        jobs, self._synced = self._synced, []
+        jobs = self._synced.take()
         try:
             if jobs:
                 self._put([(jobs, -1)], first=True)
@@ -712,6 +712,31 @@ class Savers(Executor):
         if delivery is None or self._loop is not future.get_loop():
             delivery = delivery_for(future.get_loop())
         return delivery
+
+
+class _RoundJobs:
+    """The send jobs of a ``syncfs`` round, kept by its callbacks until the round's end hands them on together.
+
+    Locked: a round's leader is one thread at a time, but a :class:`Disk` without fsyncs ends each send's
+    "round" at once on the saver that wrote it, so several threads may add and take at the same time.
+    """
+
+    __slots__ = ("_jobs", "_lock")
+
+    def __init__(self) -> None:
+        self._jobs: list[SaveJob] = []
+        self._lock = threading.Lock()
+
+    def add(self, job: SaveJob) -> None:
+        """Keep ``job`` for the next :meth:`take`."""
+        with self._lock:
+            self._jobs.append(job)
+
+    def take(self) -> list[SaveJob]:
+        """Every job kept since the last take, in the order they were kept (possibly none)."""
+        with self._lock:
+            jobs, self._jobs = self._jobs, []
+        return jobs
 
 
 def _all(callbacks: list[Callable[[MQError | None], None]]) -> Callable[[MQError | None], None]:
