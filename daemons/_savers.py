@@ -42,9 +42,8 @@ not mq's, :data:`FOREIGN_DIRTY_LIMIT`) a saver's
 files are written and closed without their fsyncs; the thread that writes a job's last part
 leaves it with the filesystem's group commit (:meth:`mqcore.protocol._fs.Disk.syncfs_later`):
 one ``syncfs`` of the root's filesystem, started after every job it covers was written, makes
-all their data durable, and only then are the round's jobs handed back together to one saver (ahead
-of the queued work: one wake a round) to be renamed into place, job after job, and left with one
-directory group commit per directory for all of them. A failed
+all their data durable, and only then is each job handed back to a saver (ahead of the queued
+work) to be renamed into place and left with the directory's group commit as above. A failed
 ``syncfs`` fails every entry of its round (the files are unlinked, nothing is renamed). The
 lone send on the loop thread keeps its file fsync (one writer: ``syncfs`` gains nothing there).
 """
@@ -209,9 +208,8 @@ class _Call:
         self.future = future
 
 
-#: What a saver takes: a part of a send job (the job, the part's index), a call (index unused), the jobs of a
-#: ``syncfs`` round to publish (index unused), or None (stop).
-_Item = tuple[SaveJob | _Call | list[SaveJob], int] | None
+#: What a saver takes: a part of a send job (the job, the part's index), a call (index unused), or None (stop).
+_Item = tuple[SaveJob | _Call, int] | None
 
 
 class Savers(Executor):
@@ -264,9 +262,6 @@ class Savers(Executor):
         self._own_dirty = 0
         self._foreign_high = False
         self._foreign_until = 0.0
-        #: ``syncfs``: the jobs of the round whose ``done``s are running, handed to one saver together once
-        #: all have run (:meth:`_files_synced`, :meth:`_round_synced`).
-        self._synced = _RoundJobs()
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -284,7 +279,7 @@ class Savers(Executor):
         self.syncfs_always = self.syncfs and mode == "syncfs"
         if self.syncfs:
             shared = SharedRounds(SHARED_ROUNDS) if SHARED_ROUNDS else None
-            self.store.disk.use_syncfs(self.store.layout.root, shared, self._round_synced)
+            self.store.disk.use_syncfs(self.store.layout.root, shared)
         return self.syncfs
 
     # -- event loop ------------------------------------------------------------
@@ -488,13 +483,14 @@ class Savers(Executor):
             job, k = item
             if isinstance(job, _Call):
                 self._call(job)
-            elif isinstance(job, list):  # a syncfs round's jobs: their files' data are durable
-                self._publish(job)
-            else:
-                try:
+                continue
+            try:
+                if k < 0:  # its files' data are durable (syncfs): rename them into place
+                    self._publish(job)
+                else:
                     self._write(job, k)
-                except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
-                    self._finish(job, exc)
+            except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
+                self._finish(job, exc)
 
     def _call(self, call: _Call) -> None:
         future = call.future
@@ -543,12 +539,13 @@ class Savers(Executor):
             if job.syncfs and any(job.written):
                 self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:
-                self._publish([job])
+                self._publish(job)
 
     def _files_synced(self, job: SaveJob, error: StorageUnavailable | None) -> None:
-        """The ``syncfs`` round covering ``job``'s files ended (its leader's thread): keep it for :meth:`_round_synced`.
+        """The ``syncfs`` round covering ``job``'s files ended (its leader's thread): publish it on a saver.
 
-        A failed round fails every file of the job (unlinked here: never renamed, so never a message).
+        A failed round fails every file of the job (unlinked here: never renamed, so never a
+        message; mq-reaper would sweep it from ``new/`` otherwise).
         """
         if job.syncfs_bytes:
             with self._own_lock:
@@ -560,17 +557,10 @@ class Savers(Executor):
                     job.written[i] = None
                     with contextlib.suppress(OSError):
                         os.unlink(pending.path)
-        self._synced.add(job)
-
-    def _round_synced(self) -> None:
-        """A ``syncfs`` round's jobs are all kept (its leader's thread): one saver publishes them (one wake a
-        round, not a send; their renames share one directory round, :meth:`_publish`), the leader goes on."""
-        jobs = self._synced.take()
         try:
-            if jobs:
-                self._put([(jobs, -1)], first=True)
+            self._put([(job, -1)], first=True)  # the leader goes on with the next round
         except RuntimeError:  # shut down: no saver takes work any more, publish on this thread
-            self._publish(jobs)
+            self._publish(job)
 
     def _open(self, job: SaveJob) -> None:
         """Check that the job's queue exists and take its ids, once per job: by its only thread, or under the lock.
@@ -640,26 +630,8 @@ class Savers(Executor):
             )
         return low
 
-    def _publish(self, jobs: list[SaveJob]) -> None:
-        """Rename each job's written files into place, in entry order, job after job (one job, or a ``syncfs``
-        round's), then leave them with one directory group commit per directory (their renames share its round)."""
-        dones: dict[str, list[Callable[[MQError | None], None]]] = {}
-        for job in jobs:
-            try:
-                renamed = self._rename(job)
-            except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the others go on
-                self._finish(job, exc)
-                continue
-            if renamed:
-                job.syncs = len(renamed)
-                for directory, indexes in renamed.items():
-                    dones.setdefault(directory, []).append(self._synced_dir(job, indexes))
-        for directory, callbacks in dones.items():
-            done = callbacks[0] if len(callbacks) == 1 else _all(callbacks)
-            self.store.disk.sync_dir_later(directory, "fsync of the directory", done, len(callbacks))
-
-    def _rename(self, job: SaveJob) -> dict[str, list[int]] | None:
-        """Rename the job's written files into place, in order: entry indexes by directory (None: none, finished)."""
+    def _publish(self, job: SaveJob) -> None:
+        """Rename the job's written files into place, in entry order, and leave them with the group commit."""
         written = [(i, pending) for i, pending in enumerate(job.written) if pending is not None]
         for i, pending in written:  # the id changes when an O_EXCL create was retried
             job.results[i] = pending.message_id
@@ -674,10 +646,13 @@ class Savers(Executor):
             names.drop_ready([ready_name(pending.message_id, 0) for _, pending, _ in failed])
         if not renamed:
             self._finish(job, None)
-            return None
-        return {directory: [written[k][0] for k in ks] for directory, ks in renamed.items()}
+            return
+        job.syncs = len(renamed)
+        for directory, ks in renamed.items():
+            done = self._synced(job, [written[k][0] for k in ks])
+            self.store.disk.sync_dir_later(directory, "fsync of the directory", done)
 
-    def _synced_dir(self, job: SaveJob, entry_indexes: list[int]) -> Callable[[MQError | None], None]:
+    def _synced(self, job: SaveJob, entry_indexes: list[int]) -> Callable[[MQError | None], None]:
         def done(error: MQError | None) -> None:
             if error is not None:
                 for i in entry_indexes:
@@ -712,38 +687,3 @@ class Savers(Executor):
         if delivery is None or self._loop is not future.get_loop():
             delivery = delivery_for(future.get_loop())
         return delivery
-
-
-class _RoundJobs:
-    """The send jobs of a ``syncfs`` round, kept by its callbacks until the round's end hands them on together.
-
-    Locked: a round's leader is one thread at a time, but a :class:`Disk` without fsyncs ends each send's
-    "round" at once on the saver that wrote it, so several threads may add and take at the same time.
-    """
-
-    __slots__ = ("_jobs", "_lock")
-
-    def __init__(self) -> None:
-        self._jobs: list[SaveJob] = []
-        self._lock = threading.Lock()
-
-    def add(self, job: SaveJob) -> None:
-        """Keep ``job`` for the next :meth:`take`."""
-        with self._lock:
-            self._jobs.append(job)
-
-    def take(self) -> list[SaveJob]:
-        """Every job kept since the last take, in the order they were kept (possibly none)."""
-        with self._lock:
-            jobs, self._jobs = self._jobs, []
-        return jobs
-
-
-def _all(callbacks: list[Callable[[MQError | None], None]]) -> Callable[[MQError | None], None]:
-    """One directory group commit's ``done`` for several jobs: each callback gets the round's outcome, in order."""
-
-    def done(error: MQError | None) -> None:
-        for callback in callbacks:
-            callback(error)
-
-    return done

@@ -152,7 +152,7 @@ class DirSyncer:
         if error is not None:
             raise error
 
-    def sync_later(self, path: str, done: Callable[[OSError | None], None], callers: int = 1) -> None:
+    def sync_later(self, path: str, done: Callable[[OSError | None], None]) -> None:
         """Call ``done`` once an fsync of ``path`` that started after this call has completed; never wait for it.
 
         The group commit of :meth:`sync` without its waiting: a caller that
@@ -171,32 +171,12 @@ class DirSyncer:
         Args:
             path: The directory.
             done: Called once, with None or the OSError of this caller's round.
-            callers: How many callers ``done`` stands for (the round's batch size reported to ``on_fsync``).
         """
-        counted = done if callers == 1 else Counted(done, callers)
-        join_or_lead(self._cond, self._later, path, counted, fsync_dir, "directory")
+        join_or_lead(self._cond, self._later, path, done, fsync_dir, "directory")
 
 
 #: A group commit's callback: None, or the OSError of the round that covered its caller.
 Done = Callable[[OSError | None], None]
-
-
-class Counted:
-    """A group commit's callback that stands for ``callers`` callers (in the batch size given to ``on_fsync``).
-
-    Args:
-        done: The callback.
-        callers: How many callers it stands for (>= 1).
-    """
-
-    __slots__ = ("callers", "done")
-
-    def __init__(self, done: Done, callers: int) -> None:
-        self.done = done
-        self.callers = callers
-
-    def __call__(self, error: OSError | None) -> None:
-        self.done(error)
 
 
 class Gather:
@@ -248,7 +228,6 @@ def join_or_lead(
     sync: Callable[[str], bool | None],
     kind: str,
     gather: Gather | None = None,
-    ended: Callable[[], None] | None = None,
 ) -> None:
     """Leave ``done`` for the round after the one running for ``key``, or lead the rounds (a group commit).
 
@@ -269,8 +248,6 @@ def join_or_lead(
             not reported to ``on_fsync``.
         kind: :data:`STORAGE_HOOKS` ``on_fsync``'s kind (``"directory"`` or ``"syncfs"``).
         gather: When a round that follows another starts (:class:`Gather`); None: at once.
-        ended: Called on the leading thread after each round's callbacks have all run (quick, must not
-            raise): a caller that collects its callbacks' work can do it once per round (None: nothing).
     """
     with cond:
         waiting = later.get(key)
@@ -280,12 +257,12 @@ def join_or_lead(
                 gather.left(cond, waiting)
             return
         later[key] = [done]
-    last = None
+    ended = None
     while True:
         with cond:
             callers = later[key]
-            if last is not None and gather is not None:
-                gather.wait(cond, callers, last)  # callers left meanwhile append to this same list
+            if ended is not None and gather is not None:
+                gather.wait(cond, callers, ended)  # callers left meanwhile append to this same list
             if not callers:
                 del later[key]  # nobody left anything meanwhile: the next caller leads
                 return
@@ -298,19 +275,13 @@ def join_or_lead(
         except OSError as exc:
             error = exc
         if error is None and not borrowed and STORAGE_HOOKS.on_fsync is not None:
-            batch = sum(c.callers if type(c) is Counted else 1 for c in callers)
-            STORAGE_HOOKS.on_fsync(kind, time.perf_counter() - started, batch)
+            STORAGE_HOOKS.on_fsync(kind, time.perf_counter() - started, len(callers))
         for callback in callers:
             try:
                 callback(error)
             except Exception:  # a bug in one caller must not leave the group commit leaderless
                 logger.exception("a group-commit callback failed key=%s", key)
-        if ended is not None:
-            try:
-                ended()
-            except Exception:  # as a callback's: the group commit keeps its leader
-                logger.exception("a group-commit round's end failed key=%s", key)
-        last = time.monotonic()
+        ended = time.monotonic()
 
 
 def _libc_syncfs() -> Callable[[int], int] | None:
@@ -388,21 +359,6 @@ class FsSyncer:
         self.borrowed = 0
         #: When a round that follows another starts.
         self._gather = Gather(SYNCFS_GATHER_FILES, SYNCFS_GATHER_SECONDS)
-        #: Called after each round's callbacks (:meth:`add_round_end`).
-        self._ended: list[Callable[[], None]] = []
-
-    def add_round_end(self, ended: Callable[[], None]) -> None:
-        """Call ``ended`` on the leading thread after each round's callbacks have all run (:func:`join_or_lead`).
-
-        Args:
-            ended: Quick, must not raise (the savers publish a round's sends together).
-        """
-        self._ended.append(ended)
-
-    def round_end(self) -> None:
-        """Call every :meth:`add_round_end` function, in order (the leader, after a round's callbacks)."""
-        for ended in self._ended:
-            ended()
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
@@ -434,7 +390,6 @@ class FsSyncer:
             self._sync if self._shared is None else self._sync_shared,
             "syncfs",
             self._gather,
-            self.round_end if self._ended else None,
         )
 
     def _call(self) -> int:
@@ -504,23 +459,17 @@ class Disk:
         #: The ``syncfs`` group commit of the root's filesystem, once :meth:`use_syncfs` opened it (None: not used).
         self.files: FsSyncer | None = None
 
-    def use_syncfs(
-        self, root: str, shared: SharedRounds | None = None, round_ended: Callable[[], None] | None = None
-    ) -> None:
+    def use_syncfs(self, root: str, shared: SharedRounds | None = None) -> None:
         """Open the ``syncfs`` group commit on ``root``'s filesystem (:attr:`files`), for :meth:`syncfs_later`.
 
         Args:
             root: mq's root.
             shared: Rounds shared with the other processes of this host on ``root`` (:class:`FsSyncer`), or None.
-            round_ended: Called after each round's ``done``s have all run (:meth:`FsSyncer.add_round_end`), and
-                after each ``done`` without fsyncs (:meth:`syncfs_later`); None: nothing.
         Raises:
             OSError: ``root`` cannot be opened, or libc has no ``syncfs``.
         """
         if self.files is None:
             self.files = FsSyncer(root, shared)
-        if round_ended is not None:
-            self.files.add_round_end(round_ended)
 
     def syncfs_epoch(self) -> int:
         """:meth:`FsSyncer.epoch` (0 before :meth:`use_syncfs`): read before writing files for :meth:`syncfs_later`."""
@@ -544,8 +493,6 @@ class Disk:
         """
         if not self.fsync:
             done(None)
-            if self.files is not None:
-                self.files.round_end()  # a round of one, without its syncfs
             return
         if self.files is None:
             raise RuntimeError("mq disk: syncfs_later before use_syncfs")
@@ -571,9 +518,7 @@ class Disk:
         except OSError as exc:
             raise storage_error(step, exc) from exc
 
-    def sync_dir_later(
-        self, path: str, step: str, done: Callable[[StorageUnavailable | None], None], callers: int = 1
-    ) -> None:
+    def sync_dir_later(self, path: str, step: str, done: Callable[[StorageUnavailable | None], None]) -> None:
         """:meth:`sync_dir` without waiting: ``done(None)`` once the renames into ``path`` are durable.
 
         ``done`` may run on this thread before this returns, or later on the
@@ -585,7 +530,6 @@ class Disk:
             step: What to call the step in the error, e.g. ``"fsync of the directory"``.
             done: Called once: None, or the StorageUnavailable of a failed fsync (the renames may or
                 may not survive a power cut).
-            callers: How many callers ``done`` stands for (:meth:`DirSyncer.sync_later`).
         """
         if not self.fsync:
             done(None)
@@ -594,7 +538,7 @@ class Disk:
         def synced(error: OSError | None) -> None:
             done(None if error is None else storage_error(step, error))
 
-        self.syncer.sync_later(path, synced, callers)
+        self.syncer.sync_later(path, synced)
 
     def write_file(
         self, path: str, data: bytes, *, exists_ok_to_retry: bool = False, body: bytes = b"", sync: bool = True

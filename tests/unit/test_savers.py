@@ -12,7 +12,6 @@ from daemons._savers import Savers, syncfs_allowed
 from mqcore.errors import QueueNotFound
 from mqcore.fsinfo import MountInfo, mount_of
 from mqcore.protocol import SendEntry, Store
-from mqcore.protocol._fs import STORAGE_HOOKS
 
 
 def saver_threads() -> set[threading.Thread]:
@@ -87,43 +86,3 @@ def test_syncfs_only_on_a_local_filesystem_and_never_when_told():
     for remote in ("fuse.glusterfs", "nfs4", "cifs", "ceph", "somethingfs"):
         assert not syncfs_allowed("syncfs", MountInfo("host:/vol", "/mnt", remote))
     assert not syncfs_allowed("syncfs", None)  # unknown
-
-
-async def test_a_syncfs_rounds_sends_are_renamed_together_and_share_their_directory_rounds(tmp_path):
-    """``syncfs``: each round's sends go to one directory round per queue directory, not one call each.
-
-    Many single sends to two queues at once: every send is stored, each is counted once in the
-    directory rounds' batch sizes (the group-commit size a scrape shows), and there are no more
-    directory rounds than ``syncfs`` rounds times the two directories (before, each send of a
-    round left its own call, and the renames spread over more rounds).
-    """
-    store = Store(str(tmp_path / "root"))
-    store.create_queue("q")
-    store.create_queue("r")
-    savers = Savers(store, workers=4)
-    file_sync_of(savers, "syncfs")
-    rounds: list[tuple[str, int]] = []
-    lock = threading.Lock()
-
-    def on_fsync(kind: str, seconds: float, batch: int) -> None:
-        with lock:
-            rounds.append((kind, batch))
-
-    STORAGE_HOOKS.on_fsync = on_fsync
-    try:
-        sends = [savers.send("qr"[i % 2], [SendEntry(body=f"m{i}".encode())]) for i in range(120)]
-        results = await asyncio.gather(*sends)
-    finally:
-        STORAGE_HOOKS.on_fsync = None
-        savers.shutdown(wait=True)
-    ids = [result[0] for result in results]
-    assert all(isinstance(message_id, str) for message_id in ids)
-    on_disk = set()
-    for queue in "qr":
-        names = os.listdir(tmp_path / "root" / "queues" / queue)
-        on_disk |= {name.partition(".")[0] for name in names if not name.startswith(".")}
-    assert on_disk == set(ids)
-    directory = [batch for kind, batch in rounds if kind == "directory"]
-    syncfs = [batch for kind, batch in rounds if kind == "syncfs"]
-    assert sum(directory) == 120 and sum(syncfs) == 120  # each send counted once in each group commit
-    assert len(directory) <= 2 * len(syncfs)
