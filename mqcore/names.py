@@ -670,9 +670,10 @@ class Layout:
         return prefix + check_message_id(message_id)
 
     def delay_path(self, filename: str) -> str:
-        """Path of a file in ``delay/`` (always inside it: not ``os.path.join``, which an absolute name escapes)."""
+        """Path of a file in ``delay/``: a plain join (``os.path.join`` would let an absolute name escape it); the
+        name's maker checks it (``..`` and ``/`` are refused by the name checks above)."""
         return f"{self.delay}/{filename}"
 
     def remove_path(self, filename: str) -> str:
-        """Path of a file in ``remove/`` (always inside it, as :meth:`delay_path`)."""
+        """Path of a file in ``remove/``: a plain join, as :meth:`delay_path`."""
         return f"{self.remove}/{filename}"

@@ -157,20 +157,18 @@ class Leases(Queues):
             attributes, types = model.header_attributes(header), model.header_attribute_types(header)
         else:  # the usual message: no attributes (two lookups instead of two calls)
             attributes, types = {}, {}
-        content_type = header.get("content_type") or model.DEFAULT_CONTENT_TYPE  # model.header_content_type's
-        source = header.get("queue")
         return ReceivedMessage(
             queue=queue,
             message_id=message_id,
             body=body,
-            content_type=content_type if type(content_type) is str else str(content_type),
+            content_type=model.header_content_type(header),
             receive_count=count + 1,
             deadline_ms=deadline,
             in_flight_name=leased,
             attributes=attributes,
             attribute_types=types,
             first_receive_ms=first_receive_ms,
-            source_queue=source if type(source) is str else None,
+            source_queue=model.header_source_queue(header),
         )
 
     def _dead_letter_path(self, src: str, dead_letter_queue: QueueName, message_id: MessageId, count: int) -> bool:
