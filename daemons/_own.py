@@ -61,13 +61,10 @@ class OwnNames:
         False only for a name :meth:`noted` indexed already (the mark is dropped); a name of ours
         still pending is marked seen and indexed by the caller; any other name is not ours.
         """
-        mark = self._marks.get(name)
-        if mark is None:
-            return True
-        if mark == NOTED:
-            del self._marks[name]
+        if self.settled(name):
             return False
-        self._marks[name] = SEEN
+        if name in self._marks:
+            self._marks[name] = SEEN
         return True
 
     def settled(self, name: str) -> bool:

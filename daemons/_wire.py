@@ -478,15 +478,14 @@ class WireConnection(asyncio.BufferedProtocol):
         times = self._wire.broker.metrics.times
         try:
             reply = await self._answer(method, target, parts, headers)
-        except Exception as exc:  # noqa: BLE001 -- a socket's error re-raised by error_response: the client went away
+        except BaseException as exc:  # the client went away: cancelled (499), or a socket error re-raised
             times.observe((_route(method, parts), method, str(failed_status(exc))), time.perf_counter() - started)
+            if not isinstance(exc, Exception):  # cancelled: the task ends with it
+                raise
             self._task = None
             if self._transport is not None:
                 self._transport.close()
             return
-        except BaseException as exc:  # cancelled: the client went away (499)
-            times.observe((_route(method, parts), method, str(failed_status(exc))), time.perf_counter() - started)
-            raise
         seconds = time.perf_counter() - started
         self._drop_body()
         transport = self._transport
