@@ -683,6 +683,30 @@ def xdist_group_of(nodeid: str) -> str:
 #: fixture (a Spark cluster and session: 25-95 s), so it should be a short one with time to spare in its timeout.
 FIRST_IN_GROUP = ("tests/spark/test_source.py",)
 
+#: Seconds the slowest ordinary modules took in a loaded parallel run (stop 23; ~0.8x that on a quiet day). In a
+#: parallel run they start first after the heavy folders, longest first, and the rest follow by their number of
+#: tests: a long module started last would run on alone while the other workers idle (stop 23's run started the
+#: 70 s packaging test at 664 s and the 61 s power-cut test at 722 s of 784 s; docs/performance.md).
+SLOW_MODULES = {
+    "tests/cli/test_mqctl.py": 150,
+    "tests/fuzz/test_api_fuzz.py": 100,
+    "tests/integration/test_processes.py": 80,
+    "tests/packaging/test_wheel.py": 70,
+    "tests/faults/test_crash_restart.py": 70,
+    "tests/faults/test_power_cut.py": 60,
+    "tests/integration/test_http_api.py": 60,
+    "tests/integration/test_delivery.py": 60,
+    "tests/client/test_conformance.py": 55,
+    "tests/client/test_worker.py": 47,
+    "tests/integration/test_file_sync.py": 43,
+    "tests/client/test_http_client.py": 37,
+    "tests/faults/test_crash_sqs.py": 36,
+    "tests/docs/test_readme.py": 36,
+    "tests/integration/test_sqs_messages.py": 31,
+    "tests/faults/test_crash_brokerless.py": 29,
+    "tests/unit/test_index.py": 28,
+}
+
 #: Modules whose tests bound a wall-clock latency tightly (tens of milliseconds: a long poll woken by a send, a
 #: delayed message due at its deadline). In a parallel run they go last, in one worker, once every other worker
 #: is done, so the run's own Spark, GlusterFS and daemon load never delays what they time.
@@ -737,8 +761,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``, order the work: the heavy folders first, then the larger modules, SERIAL_MODULES
-    last (stable)."""
+    """Under ``--dist loadgroup``, order the work: the heavy folders first, then SLOW_MODULES (longest first), then
+    the larger modules, SERIAL_MODULES last (stable)."""
     if not getattr(config.option, "loadgroup", False):  # set by pytest-xdist on its workers
         return
     groups = {id(item): xdist_group_of(item.nodeid) for item in items}
@@ -746,11 +770,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for group in groups.values():
         sizes[group] = sizes.get(group, 0) + 1
 
-    def rank(item: pytest.Item) -> tuple[int, int]:
+    def rank(item: pytest.Item) -> tuple[int, int, int]:
         group = groups[id(item)]
         heavy = [f"tests/{folder}" for folder in SHARED_SESSION_FOLDERS]
         if group in heavy:
-            return (heavy.index(group), 0 if item.nodeid.split("::")[0] in FIRST_IN_GROUP else 1)
-        return (len(heavy) + (group in SERIAL_MODULES), -sizes[group])
+            return (heavy.index(group), 0 if item.nodeid.split("::")[0] in FIRST_IN_GROUP else 1, 0)
+        return (len(heavy) + (group in SERIAL_MODULES), -SLOW_MODULES.get(group, 0), -sizes[group])
 
     items.sort(key=rank)
