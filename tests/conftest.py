@@ -48,26 +48,6 @@ class DaemonError(AssertionError):
     """A daemon did not start, did not stop cleanly, or misbehaved; the message carries its log."""
 
 
-def favour_session(pid: int, nice: int) -> bool:
-    """Give the scheduling group (autogroup) of ``pid``'s session the nice value ``nice`` (-20..19).
-
-    On Linux with autogroup scheduling the CPU is shared between sessions first: a process's own nice
-    value counts only inside its session. The Spark drivers of a parallel run get -10 this way
-    (tests/spark/conftest.py); the GlusterFS volume's processes and the cluster tests' daemons too
-    (tests/cluster/conftest.py), or a busy driver leaves them a tenth of the CPU (docs/performance.md,
-    "The test suite's wall time and the race test (stop 24)").
-
-    Returns:
-        True if set; False without autogroup, without root (CAP_SYS_NICE), without pyspark (the
-        ``spark`` extra, whose module has the helper), or if ``pid`` is gone.
-    """
-    try:
-        from mqcore.spark.session import set_session_nice
-    except ImportError:
-        return False
-    return set_session_nice(pid, nice)
-
-
 class Daemon:
     """One daemon subprocess with its stderr captured.
 
@@ -75,9 +55,6 @@ class Daemon:
         name: ``mq``, ``mq-mover`` or ``mq-reaper`` (selects module and readiness line).
         args: Command-line arguments after the module (``--root`` etc.).
         env: Extra environment variables (``MQ_*`` from the outer environment are dropped).
-        session_nice: None, or the process runs in a session of its own whose scheduling group (Linux's
-            autogroup) gets this nice value (-20..19; :func:`favour_session`): the cluster tests' daemons in a
-            parallel run.
     """
 
     MODULES: ClassVar[dict[str, str]] = {
@@ -91,11 +68,8 @@ class Daemon:
         "mq-reaper": "mq-reaper ready",
     }
 
-    def __init__(
-        self, name: str, args: Sequence[str], env: dict[str, str] | None = None, *, session_nice: int | None = None
-    ) -> None:
+    def __init__(self, name: str, args: Sequence[str], env: dict[str, str] | None = None) -> None:
         self.name = name
-        self.session_nice = session_nice
         self.args = list(args)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
         self.env.update(env or {})
@@ -142,10 +116,7 @@ class Daemon:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            start_new_session=self.session_nice is not None,
         )
-        if self.session_nice is not None:
-            favour_session(self.proc.pid, self.session_nice)
         self._reader = threading.Thread(
             target=self._drain, args=(self.proc, self._settled), name=f"{self.name}-stderr", daemon=True
         )
@@ -439,15 +410,9 @@ class Daemons:
     def __init__(self) -> None:
         self.started: list[Daemon] = []
 
-    def spawn(
-        self,
-        name: str,
-        *args: str | os.PathLike[str],
-        env: dict[str, str] | None = None,
-        session_nice: int | None = None,
-    ) -> Daemon:
-        """Start a daemon without waiting for readiness (``session_nice``: as :class:`Daemon`'s)."""
-        daemon = Daemon(name, [os.fspath(a) for a in args], env, session_nice=session_nice)
+    def spawn(self, name: str, *args: str | os.PathLike[str], env: dict[str, str] | None = None) -> Daemon:
+        """Start a daemon without waiting for readiness."""
+        daemon = Daemon(name, [os.fspath(a) for a in args], env)
         self.started.append(daemon)
         return daemon.spawn()
 
@@ -494,20 +459,18 @@ class Daemons:
         reaper: bool = True,
         env: dict[str, str] | None = None,
         ready_timeout: float | None = None,
-        session_nice: int | None = None,
     ) -> Stack:
         """Start mq (+ mq-mover + mq-reaper) on ``root`` in parallel; wait until all are ready (each at most
-        ``ready_timeout`` seconds, default ``READY_TIMEOUT_SECONDS``); ``session_nice``: as :class:`Daemon`'s."""
+        ``ready_timeout`` seconds, default ``READY_TIMEOUT_SECONDS``)."""
         root.mkdir(parents=True, exist_ok=True)
         args = ["--root", str(root), "--port", "0", "--visibility-timeout", str(visibility_timeout)]
         if peers is not None:
             args += ["--peers", str(peers)]
         if max_message_size is not None:
             args += ["--max-message-size", str(max_message_size)]
-        nice = session_nice
-        front = self.spawn("mq", *args, *mq_args, env=env, session_nice=nice)
-        mov = self.spawn("mq-mover", "--root", root, *mover_args, env=env, session_nice=nice) if mover else None
-        rea = self.spawn("mq-reaper", "--root", root, *reaper_args, env=env, session_nice=nice) if reaper else None
+        front = self.spawn("mq", *args, *mq_args, env=env)
+        mov = self.spawn("mq-mover", "--root", root, *mover_args, env=env) if mover else None
+        rea = self.spawn("mq-reaper", "--root", root, *reaper_args, env=env) if reaper else None
         for daemon in (front, mov, rea):
             if daemon is not None:
                 daemon.wait_ready(ready_timeout)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, Daemons, Stack, favour_session
+from tests.conftest import REPO, Daemons, Stack
 
 #: The script that builds and removes the volume.
 GLUSTER_SH = REPO / "scripts" / "gluster.sh"
@@ -44,18 +44,6 @@ SBIN = ("/usr/sbin", "/sbin", "/usr/bin")
 #: Where ``glfsheal`` (what ``gluster volume heal VOL info`` runs) lives: RPM's path, else Debian's multiarch one.
 GLFSHEAL = ("/usr/libexec/glusterfs/glfsheal",)
 GLFSHEAL_GLOB = "/usr/lib/*/glusterfs/glfsheal"
-#: The nice value of the scheduling groups (autogroups) of the volume's processes and of the hosts' daemons in a
-#: parallel run: the Spark drivers' own (tests/spark/conftest.py, DRIVER_NICE). GlusterFS daemonizes each of its
-#: processes into a session of its own, at autogroup nice 0: beside a busy driver at -10 the volume got about a
-#: tenth of the CPU, and the race test's 500 receives, which spend ~1.5 cores in the bricks and FUSE clients,
-#: took 3-4 times as long in the suite as alone (docs/performance.md, "The test suite's wall time and the race
-#: test (stop 24)"). Needs root, as the volume does.
-CLUSTER_NICE = -10
-
-
-def cluster_nice() -> int | None:
-    """:data:`CLUSTER_NICE` in a parallel run (pytest-xdist), else None (nothing to compete with)."""
-    return CLUSTER_NICE if os.environ.get("PYTEST_XDIST_WORKER") else None
 
 
 def _glob_one(pattern: str) -> str:
@@ -156,31 +144,9 @@ class Gluster:
         assert len(pids) == 1, f"FUSE client of {mount}: {pids}"
         return pids[0]
 
-    def pids(self) -> list[int]:
-        """Pids of this volume's processes: glusterd, the bricks, the FUSE clients (as
-        ``gluster.sh``'s ``our_pids``: a GlusterFS process whose command line names the state directory)."""
-        mine = []
-        for entry in Path("/proc").iterdir():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:  # not a process, or gone
-                continue
-            if b"gluster" in os.path.basename(argv[0]) and any(f"{self.state}/".encode() in a for a in argv):
-                mine.append(int(entry.name))
-        return mine
-
-    def favour(self) -> None:
-        """In a parallel run, give each of the volume's processes' sessions :data:`CLUSTER_NICE` (after every
-        ``up``, remount or brick restart: new processes start at 0)."""
-        nice = cluster_nice()
-        if nice is not None:
-            for pid in self.pids():
-                favour_session(pid, nice)
-
     def mount(self, host: int) -> None:
         """Mount the volume again at host ``host``'s mount point (after a lost FUSE client), as ``gluster.sh up``."""
         self.script("up")
-        self.favour()
         assert os.path.ismount(self.mounts[host]), f"{self.mounts[host]} not mounted again"
 
     def start_force(self) -> None:
@@ -198,7 +164,6 @@ class Gluster:
             status = self.cli("volume", "status", VOLUME, "--xml")
             online = re.findall(r"<path>[^<]*/bricks/b\d</path>.*?<status>(\d)</status>", status, re.DOTALL)
             if online == ["1", "1", "1"]:
-                self.favour()
                 return
             assert time.monotonic() < deadline, f"bricks not back after 60 s:\n{status}"
             time.sleep(1)
@@ -290,7 +255,6 @@ def gluster() -> Iterator[Gluster]:
             cluster_unavailable(f"scripts/gluster.sh up failed: {exc.stderr.strip()[-2000:]}")
         volume.mounts = [Path(line) for line in out.split()]
         assert len(volume.mounts) == HOSTS, out
-        volume.favour()
         yield volume
     finally:
         volume.script("down")
@@ -361,7 +325,6 @@ def start_hosts(
             reaper_args=list(CLUSTER_REAPER_ARGS),
             env=host_env or None,
             ready_timeout=CLUSTER_READY_TIMEOUT,
-            session_nice=cluster_nice(),
             **options,
         )
         return Host(index=i, address=address, root=root, stack=stack)
