@@ -138,9 +138,14 @@ def test_a_message_sent_through_one_host_is_delivered_through_another_long_befor
 #: smaller because every receive here costs several round trips to three bricks: on the shared 2-core machine
 #: of this project, loaded by other runs, MQ_RACE_RECEIVES=5000 passed in 454 s (500: about 45 s).
 RACE_RECEIVES = int(os.environ.get("MQ_RACE_RECEIVES", "500"))
+#: Seconds the race test waits for its receives: a safety net against a hang, not a speed claim (speed lives in
+#: bench/). The loop is bound by GlusterFS's own work (~100 brick lookups per delivery, 1.6 cores: docs/performance.md
+#: "The test suite's wall time and the race test (stop 24)"): 500 took ~30 s alone and 85-100 s inside the whole
+#: suite, against a deadline of 100 s until stop 24.
+RACE_DEADLINE = RACE_RECEIVES // 2
 
 
-@pytest.mark.timeout(120 + RACE_RECEIVES // 5)
+@pytest.mark.timeout(120 + RACE_DEADLINE)
 def test_two_hosts_racing_for_the_head_of_one_queue_never_share_a_message(hosts):
     """Issue 18 on a real shared filesystem: ``--peers 0``, two consumers on each of hosts 0 and 1, racing for
     the head of one queue whose messages are never deleted, so each comes back to the head again and again
@@ -164,7 +169,7 @@ def test_two_hosts_racing_for_the_head_of_one_queue_never_share_a_message(hosts)
         for j in range(2)
     ]
     run_threads(*consumers)
-    deadline = time.monotonic() + RACE_RECEIVES // 5
+    deadline = time.monotonic() + RACE_DEADLINE
     while len(ledger.deliveries) < RACE_RECEIVES and time.monotonic() < deadline:
         time.sleep(0.2)
     stop.set()
