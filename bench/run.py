@@ -777,11 +777,13 @@ class Bench:
         res: dict[str, Any] = {}
         for clients in self.cfg.send_clients:
             log(f"sends: {clients} client(s) for {self.cfg.duration_s:g} s")
+            before = self._fsync_rounds()
             meter = self._meter()
             run = self.wrk.run(
                 "post.lua", clients=clients, threads=2, queue=self.q["send"], duration_s=self.cfg.duration_s
             )
             cpu = self._cpu(meter, run.counts.get("sent", 0))
+            rounds = self._fsync_rounds()
             self._alive()
             res[f"clients_{clients}"] = {
                 "sends_per_s": round(run.rate("sent"), 1),
@@ -791,12 +793,32 @@ class Bench:
                 "statuses": run.statuses(),
                 "socket_errors": run.errors,
                 "cpu": cpu,
+                "sends_per_round": {
+                    kind: round(run.counts.get("sent", 0) / (rounds[kind] - before[kind]), 1)
+                    for kind in rounds
+                    if rounds[kind] > before.get(kind, 0)
+                },
             }
             log(
                 f"  {res[f'clients_{clients}']['sends_per_s']} sends/s, p50 {run.latency_ms()['p50']} ms, "
-                f"p99 {run.latency_ms()['p99']} ms"
+                f"p99 {run.latency_ms()['p99']} ms, sends per round {res[f'clients_{clients}']['sends_per_round']}"
             )
         return res
+
+    def _fsync_rounds(self) -> dict[str, float]:
+        """mq's fsync counts so far by kind (``file``, ``directory``, ``syncfs``: one a round), from ``GET /metrics``.
+
+        Read around a step (not inside it): the sends per ``syncfs`` round and per directory fsync
+        say how full the group commits were (an empty dict if the scrape fails).
+        """
+        try:
+            status, _, body = self.api.request("GET", "/metrics")
+        except (OSError, http.client.HTTPException):
+            return {}
+        if status != 200:
+            return {}
+        found = re.findall(rb'^mq_storage_fsync_duration_seconds_count\{kind="(\w+)"\} (\S+)$', body, re.M)
+        return {kind.decode(): float(count) for kind, count in found}
 
     def metrics_cost(self, clients: int = 64, pairs: int = 4) -> dict[str, Any]:
         """Sends/s at ``clients`` without and with a ``GET /metrics`` every second (issue 15), interleaved.
