@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from daemons import _runtime
 from daemons._fifo_wakes import FifoWakes
 from daemons._handoff import Handoff
 from daemons._health import Health
@@ -476,7 +475,7 @@ class Broker:
                         f"more than {self.settings.max_waiters} long polls wait on queue {queue} (--max-waiters)",
                         queue=queue,
                     )
-                woken = await _runtime.wait_for_wake(arrival, remaining)
+                woken = await arrival.wait_for(remaining)
             check_exists = not woken or self.stopping
 
     async def receive_state(self, queue: QueueName) -> QueueState:

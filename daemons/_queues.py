@@ -27,6 +27,7 @@ from daemons._handoff import Handoff
 from daemons._own import OwnNames
 from daemons._settings import Settings
 from daemons._turns import CheckTurns
+from daemons._wakes import Wake
 from mqcore.attributes import QueueAttributes, effective
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.fsinfo import dir_stamp, mount_of, settled_dir_stamp
@@ -87,13 +88,13 @@ class Signal:
     __slots__ = ("_event", "holders")
 
     def __init__(self) -> None:
-        self._event: asyncio.Event | None = None
+        self._event: Wake | None = None
         self.holders = 0
 
-    def event(self) -> asyncio.Event:
-        """The event the next :meth:`fire` sets."""
+    def event(self) -> Wake:
+        """The event the next :meth:`fire` sets (its timed wait does not cancel the waiter: daemons/_wakes.py)."""
         if self._event is None:
-            self._event = asyncio.Event()
+            self._event = Wake()
         return self._event
 
     def fire(self) -> None:
@@ -244,7 +245,7 @@ class QueueStates:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     @contextlib.contextmanager
-    def holding(self, signals: dict[QueueName, Signal], queue: QueueName) -> Iterator[asyncio.Event]:
+    def holding(self, signals: dict[QueueName, Signal], queue: QueueName) -> Iterator[Wake]:
         """The event the next firing of ``queue``'s signal in ``signals`` sets, held for the ``with`` block.
 
         Take it *before* looking at the state waited for. The signal stays
