@@ -24,6 +24,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 QUEUE = "recvcpu"
 
@@ -84,8 +85,10 @@ async def _batch_cycles(broker: object, cycles: int, batch: int) -> None:
     handle_re = re.compile(rb'"receipt_handle": "([^"]*)"')
     for _ in range(cycles):
         _, answer = await _http.receive_of(broker, QUEUE, query)  # type: ignore[arg-type]
-        assert answer is not None and answer.body is not None
-        handles = handle_re.findall(answer.body)  # type: ignore[arg-type]
+        assert answer is not None
+        # The JSON answer's text (stop 24 on), or an aiohttp response (a tree from before: the A/B's base).
+        text: Any = answer.encode() if isinstance(answer, str) else answer.body  # type: ignore[attr-defined]
+        handles = handle_re.findall(text)
         entries = b",".join(b'{"id":"%d","receipt_handle":"%s"}' % (i, h) for i, h in enumerate(handles))
         request = b'{"entries":[' + entries + b"]}"
 

@@ -19,11 +19,9 @@ import binascii
 import json
 from typing import Any
 
-from aiohttp import web
-
 from mqcore.model import ReceivedMessage
 
-__all__ = ["batch_ids_answer", "received_json", "received_messages_answer"]
+__all__ = ["batch_ids_text", "received_json", "received_messages_text"]
 
 #: ``json.dumps`` of one string (quoted, escaped as ASCII: the encoder's own C function).
 _json_string = json.encoder.encode_basestring_ascii
@@ -55,19 +53,18 @@ def received_json(message: ReceivedMessage, fifo_fields: dict[str, str]) -> str:
     return text + "}"
 
 
-def received_messages_answer(items: list[str]) -> web.Response:
-    """200 ``{"messages": [...]}`` of items made by :func:`received_json`."""
-    return web.Response(text=f'{{"messages": [{", ".join(items)}]}}', content_type="application/json")
+def received_messages_text(items: list[str]) -> str:
+    """``{"messages": [...]}`` of items made by :func:`received_json` (the JSON receive's 200 body, as text)."""
+    return f'{{"messages": [{", ".join(items)}]}}'
 
 
-def batch_ids_answer(ok_ids: list[str], failed: list[dict[str, Any]]) -> web.Response:
-    """200 ``{"successful": [{"id"}], "failed": [...]}`` of a batch whose successes carry only their id.
+def batch_ids_text(ok_ids: list[str], failed: list[dict[str, Any]]) -> str:
+    """``{"successful": [{"id"}], "failed": [...]}`` of a batch whose successes carry only their id, as text.
 
     Args:
         ok_ids: The ids of the entries that succeeded, in order: 1-80 characters of ``[A-Za-z0-9_-]``
             (checked by ``daemons._http.batch_entries``), so they need no escaping.
         failed: The ``failed`` items (``daemons._http.failed_entry``), in order.
     """
-    ok = ", ".join(f'{{"id": "{entry_id}"}}' for entry_id in ok_ids)
-    text = f'{{"successful": [{ok}], "failed": {json.dumps(failed)}}}'
-    return web.Response(text=text, content_type="application/json")
+    ok = ", ".join([f'{{"id": "{entry_id}"}}' for entry_id in ok_ids])
+    return f'{{"successful": [{ok}], "failed": {json.dumps(failed) if failed else "[]"}}}'

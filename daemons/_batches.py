@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from multidict import MultiMapping
 
-from daemons._answers import batch_ids_answer
+from daemons._answers import batch_ids_text
 from daemons._broker import Broker
 from daemons._http import BROKER, SMALL_JSON_LIMIT_BYTES, parse_json, read_body, read_json, required_timeout
 from daemons._shapes import batch_entries, check_keys, failed_entry, query_params
@@ -173,15 +173,17 @@ async def _run_entries(
 async def delete_batch(request: web.Request) -> web.Response:
     """POST /<queue>/messages/delete {"entries": [{"id", "receipt_handle" | "message_id"}]} (1-10)
     -> 200 {"successful": [{"id"}], "failed": [...]} (SQS DeleteMessageBatch; by id as SoftLayer)."""
-    return await delete_batch_of(
+    text = await delete_batch_of(
         request.app[BROKER], request.match_info["queue"], request.query, lambda n: read_body(request, n)
     )
+    return web.Response(text=text, content_type="application/json")
 
 
 async def delete_batch_of(
     broker: Broker, queue_text: str, query: MultiMapping[str] | None, read: Callable[[int], Awaitable[bytes]]
-) -> web.Response:
-    """The work and answer of :func:`delete_batch` (also ``daemons._wire``'s); arguments as :func:`send_batch_of`'s.
+) -> str:
+    """The work of :func:`delete_batch` (also ``daemons._wire``'s); the answer's JSON (arguments as
+    :func:`send_batch_of`'s).
 
     Raises:
         MQError: Whatever :func:`delete_batch` answers as an error (400, 404, 413, 503...).
@@ -218,7 +220,7 @@ async def delete_batch_of(
         if isinstance(result, MQError):
             errors[i] = result
     pairs = list(zip((entry_id for entry_id, _ in entries), errors, strict=True))
-    return batch_ids_answer(
+    return batch_ids_text(
         [entry_id for entry_id, error in pairs if error is None],
         [failed_entry(entry_id, error) for entry_id, error in pairs if error is not None],
     )

@@ -25,7 +25,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from daemons import _auth
-from daemons._answers import received_json, received_messages_answer
+from daemons._answers import received_json, received_messages_text
 from daemons._broker import Broker
 from daemons._shapes import check_keys, parse_message_attributes, query_params
 from mqcore.attributes import MAX_VISIBILITY_TIMEOUT_SECONDS, attributes_size
@@ -445,17 +445,19 @@ async def receive_from(request: web.Request, broker: Broker, queue_text: str) ->
     X-Sent-Timestamp, X-First-Receive-Timestamp, X-Visibility-Deadline (epoch ms),
     X-Message-Attributes (JSON, only if the message has attributes).
     """
-    messages, json_answer = await receive_of(broker, queue_text, request.query if request.query_string else None)
-    if json_answer is not None or not messages:
-        return json_answer if json_answer is not None else web.Response(status=204)
+    messages, json_text = await receive_of(broker, queue_text, request.query if request.query_string else None)
+    if json_text is not None:
+        return web.Response(text=json_text, content_type="application/json")
+    if not messages:
+        return web.Response(status=204)
     return web.Response(body=messages[0].body, headers=received_headers(messages[0]))
 
 
 async def receive_of(
     broker: Broker, queue_text: str, query: MultiMapping[str] | None
-) -> tuple[list[ReceivedMessage], web.Response | None]:
+) -> tuple[list[ReceivedMessage], str | None]:
     """The work of :func:`receive_from` (also ``daemons._wire``'s): (messages leased, None) for the raw form
-    (at most one), ([], the JSON form's answer) with ``max_messages``.
+    (at most one), ([], the JSON form's 200 body) with ``max_messages``.
 
     ``queue_text`` is the path's queue segment (not yet checked), ``query`` the query's parameters (None
     without a query string).
@@ -472,7 +474,7 @@ async def receive_of(
     if messages and is_fifo_queue(queue):  # the group ids of messages re-let by an attempt id, from their files
         messages = await broker.run_in(broker.savers, fifo.with_fifo_ids, broker.store, messages)
     if as_json:
-        return [], received_messages_answer([received_json(m, fifo.native_fields(m)) for m in messages])
+        return [], received_messages_text([received_json(m, fifo.native_fields(m)) for m in messages])
     return messages, None
 
 

@@ -538,9 +538,8 @@ class WireConnection(asyncio.BufferedProtocol):
             if method == "POST":
                 read = lambda limit: self._read(limit, method, path)  # noqa: E731
                 if len(parts) == 4:  # a batch send or delete
-                    if parts[3] == "delete":
-                        return _response_reply(await delete_batch_of(wire.broker, parts[1], query, read), minor, conn)
-                    text = await send_batch_of(wire.broker, parts[1], query, read)
+                    batch = delete_batch_of if parts[3] == "delete" else send_batch_of
+                    text = await batch(wire.broker, parts[1], query, read)
                     return _Reply(200, _head(200, minor, _JSON_UTF8, text.encode(), conn))
                 answered: list[Callable[[], None]] = []
                 message_id = await send_of(wire.broker, parts[1], headers, read, answered)
@@ -551,9 +550,9 @@ class WireConnection(asyncio.BufferedProtocol):
                     after=answered[0] if answered else None,
                 )  # fmt: skip
             if method == "GET":
-                messages, json_answer = await receive_of(wire.broker, parts[1], query)
-                if json_answer is not None:
-                    return _response_reply(json_answer, minor, conn)
+                messages, json_text = await receive_of(wire.broker, parts[1], query)
+                if json_text is not None:
+                    return _Reply(200, _head(200, minor, _JSON_UTF8, json_text.encode(), conn))
                 if not messages:
                     return _Reply(204, _STATUS[204, minor] + _date_server(conn) + b"\r\n")
                 fields = _received_fields(messages[0])

@@ -253,7 +253,12 @@ class ReadyIndex:
         Returns:
             True if ``name`` was indexed (``name in index`` before the call).
         """
-        parsed = _parse(name)
+        try:  # most names that leave were popped first (this daemon's own leases): no id of theirs is indexed
+            if int(name[:36].replace("-", ""), 16) not in self._present:
+                return False  # nothing of that id indexed: nothing to forget, whatever the name is (no regex)
+        except ValueError:
+            return False  # not even hex where an id's digits stand: not a ready name
+        parsed = _parse(name)  # the id is indexed: the name must be a ready name, checked as before
         gone = parsed is not None and self._forget(*parsed)
         if len(self._heap) > 2 * len(self._present) + 1024:
             self._heap = list(self._present)

@@ -55,6 +55,7 @@ import weakref
 from dataclasses import dataclass
 from typing import NewType
 
+from mqcore._frozen import frozen_builder
 from mqcore.errors import InvalidMessageId, InvalidQueueName, InvalidReceiptHandle, InvalidRequest, cap, echo
 
 #: Version of the on-disk protocol these names implement (docs/protocol.md; 2 since lease tokens, issue 18).
@@ -427,6 +428,10 @@ class InFlightName:
         return not self.token
 
 
+#: ``InFlightName(*fields)`` without its frozen ``__init__`` (:func:`mqcore._frozen.frozen_builder`): one per delete.
+_in_flight = frozen_builder(InFlightName)
+
+
 def ready_name(message_id: MessageId, receive_count: int) -> str:
     """File name of a ready message inside ``queues/Q/``: ``ID.RC``."""
     return f"{message_id}.{receive_count}"
@@ -461,9 +466,9 @@ def parse_in_flight_name(filename: str) -> InFlightName | None:
     if match is None:
         return None
     deadline, fifo_queue, fifo_mid, fifo_rc, fifo_token, queue, mid, rc, token = match.groups()
-    if fifo_queue is not None:
-        return InFlightName(int(deadline), QueueName(fifo_queue), MessageId(fifo_mid), int(fifo_rc), fifo_token)
-    return InFlightName(int(deadline), QueueName(queue), MessageId(mid), int(rc), token or "")
+    if fifo_queue is not None:  # InFlightName(...) without its frozen __init__ (the fields, checked by the regex)
+        return _in_flight(int(deadline), fifo_queue, fifo_mid, int(fifo_rc), fifo_token)
+    return _in_flight(int(deadline), queue, mid, int(rc), token or "")
 
 
 def lease_key_of(filename: str) -> str | None:
@@ -517,7 +522,7 @@ class ReceiptHandle:
         """
         lease = parse_receipt_handle(text)  # type: ignore[arg-type]  # refuses non-strings itself
         assert isinstance(text, str)
-        return cls(text, lease).check(queue, message_id)
+        return _receipt_handle(text, lease).check(queue, message_id)  # cls(text, lease), quicker
 
     def check(self, queue: QueueName | None = None, message_id: str | None = None) -> ReceiptHandle:
         """This handle, if it is of ``queue`` (and of ``message_id``, if given).
@@ -554,6 +559,10 @@ class ReceiptHandle:
 
     def __str__(self) -> str:
         return self.text
+
+
+#: ``ReceiptHandle(text, lease)`` without its frozen ``__init__`` (:func:`mqcore._frozen.frozen_builder`).
+_receipt_handle = frozen_builder(ReceiptHandle)
 
 
 def new_name(queue: QueueName, message_id: MessageId) -> str:

@@ -157,18 +157,18 @@ class Leases(Queues):
             attributes, types = model.header_attributes(header), model.header_attribute_types(header)
         else:  # the usual message: no attributes (two lookups instead of two calls)
             attributes, types = {}, {}
-        return ReceivedMessage(
-            queue=queue,
-            message_id=message_id,
-            body=body,
-            content_type=model.header_content_type(header),
-            receive_count=count + 1,
-            deadline_ms=deadline,
-            in_flight_name=leased,
-            attributes=attributes,
-            attribute_types=types,
-            first_receive_ms=first_receive_ms,
-            source_queue=model.header_source_queue(header),
+        return model.received_message(  # ReceivedMessage's fields in order, without its frozen __init__
+            queue,
+            message_id,
+            body,
+            model.header_content_type(header),
+            count + 1,  # receive_count
+            deadline,  # deadline_ms
+            leased,  # in_flight_name
+            attributes,
+            first_receive_ms,
+            model.header_source_queue(header),  # source_queue
+            types,  # attribute_types
         )
 
     def _dead_letter_path(self, src: str, dead_letter_queue: QueueName, message_id: MessageId, count: int) -> bool:

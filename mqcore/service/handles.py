@@ -76,10 +76,23 @@ class LeaseMemory:
                 table.popitem(last=False)
 
     def received(self, *messages: ReceivedMessage) -> None:
-        """Receives leased ``messages``: each handle names its file (one lock for them all)."""
+        """Receives leased ``messages``: each handle names its file (one lock for them all).
+
+        :meth:`_put` for each, in one loop: a receive's handle is new (a fresh lease token), so it is
+        added last without a move; the (queue, id) key of a message received again moves last.
+        """
         with self._lock:
+            by_handle, by_message = self._by_handle, self._by_message
             for message in messages:
-                self._put(message.receipt_handle, message.queue, message.message_id, _Lease(message.in_flight_name))
+                handle = message.in_flight_name  # = message.receipt_handle
+                lease = by_handle[handle] = _Lease(handle)
+                key = (message.queue, message.message_id)
+                if key in by_message:
+                    by_message.move_to_end(key)
+                by_message[key] = lease
+            for table in (by_handle, by_message):
+                while len(table) > self.limit:
+                    table.popitem(last=False)
 
     def current(self, handle: ReceiptHandle | str) -> str | None:
         """The remembered current ``delay/`` name of ``handle``'s lease, or None."""

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from daemons._answers import batch_ids_answer, received_json, received_messages_answer
+from daemons._answers import batch_ids_text, received_json, received_messages_text
 from mqcore.model import ReceivedMessage
 from mqcore.names import MessageId, QueueName
 
@@ -70,10 +70,10 @@ def test_a_received_item_is_byte_for_byte_the_json_of_its_fields(fields, fifo):
 
 def test_the_answers_parse_as_the_documented_objects():
     items = [received_json(_message(), {}), received_json(_message(receive_count=1), {})]
-    answer = received_messages_answer(items)
-    assert answer.content_type == "application/json"
-    assert json.loads(answer.text or "") == {"messages": [json.loads(item) for item in items]}
-    assert json.loads(received_messages_answer([]).text or "") == {"messages": []}
+    answer = received_messages_text(items)
+    assert json.loads(answer) == {"messages": [json.loads(item) for item in items]}
+    assert json.loads(received_messages_text([])) == {"messages": []}
     failed = [{"id": "b", "error": "not_found", "message": "gone", "sender_fault": True}]
-    answer = batch_ids_answer(["a", "c-_9"], failed)
-    assert answer.text == json.dumps({"successful": [{"id": "a"}, {"id": "c-_9"}], "failed": failed})
+    assert batch_ids_text(["a", "c-_9"], []) == json.dumps({"successful": [{"id": "a"}, {"id": "c-_9"}], "failed": []})
+    answer = batch_ids_text(["a", "c-_9"], failed)
+    assert answer == json.dumps({"successful": [{"id": "a"}, {"id": "c-_9"}], "failed": failed})
