@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from daemons import _idorder, _runtime
+from daemons import _idorder
 from daemons._queues import QueueState
 from mqcore.errors import MQError, QueueNotFound
 from mqcore.names import MessageId, QueueName, is_fifo_queue, ready_name
@@ -73,7 +73,7 @@ class Sender:
             if remaining <= 0 or self.broker.stopping:
                 return state, 0
             with self.queues.holding(self.queues.room, queue) as room_made:
-                await _runtime.wait_for_wake(room_made, remaining)
+                await room_made.wait_for(remaining)  # a Signal's Wake: its timeout cancels no task
             state = await self.queues.queue_state(queue)
 
     async def send(

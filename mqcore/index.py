@@ -50,7 +50,7 @@ def is_ready_name(name: str) -> bool:
 
 
 def _id_int(message_id: str) -> int:
-    """The 128-bit int of a canonical message id (36 characters, checked by the caller)."""
+    """The 128-bit int of a canonical message id (36 characters; other text: ValueError, or a meaningless int)."""
     return int(message_id.replace("-", ""), 16)
 
 
@@ -58,7 +58,7 @@ def _parse(name: str) -> tuple[int, int] | None:
     """``(id as int, receive count)`` of a ready name, or None for any other name."""
     if _READY_RE.fullmatch(name) is None:
         return None
-    return int(name[:36].replace("-", ""), 16), int(name[37:])
+    return _id_int(name[:36]), int(name[37:])
 
 
 def _name(mid: int, rc: int) -> str:
@@ -254,7 +254,7 @@ class ReadyIndex:
             True if ``name`` was indexed (``name in index`` before the call).
         """
         try:  # most names that leave were popped first (this daemon's own leases): no id of theirs is indexed
-            if int(name[:36].replace("-", ""), 16) not in self._present:
+            if _id_int(name[:36]) not in self._present:
                 return False  # nothing of that id indexed: nothing to forget, whatever the name is (no regex)
         except ValueError:
             return False  # not even hex where an id's digits stand: not a ready name
