@@ -38,12 +38,16 @@ def check_handle(text: object, queue: QueueName, message_id: str | None = None) 
 
 
 class _Lease:
-    """One lease's current ``delay/`` name, shared by every key that reaches it."""
+    """One lease's current ``delay/`` name, shared by every key that reaches it.
 
-    __slots__ = ("current",)
+    ``first`` is the receipt handle it was remembered under (the receive's, or the first one a
+    visibility change named), so that forgetting the message also forgets that key.
+    """
 
-    def __init__(self, current: str) -> None:
-        self.current = current
+    __slots__ = ("current", "first")
+
+    def __init__(self, handle: str) -> None:
+        self.current = self.first = handle
 
 
 class LeaseMemory:
@@ -115,7 +119,7 @@ class LeaseMemory:
         with self._lock:
             lease = self._by_handle.get(handle.text)
             if lease is None:
-                lease = _Lease(current)
+                lease = _Lease(handle.text)
                 self._put(handle.text, handle.queue, handle.message_id, lease)
             lease.current = current
             self._put(current, handle.queue, handle.message_id, lease)
@@ -130,7 +134,18 @@ class LeaseMemory:
                 self._by_message.pop((handle.queue, handle.message_id), None)
 
     def pop_message(self, queue: QueueName, message_id: str) -> str | None:
-        """Forget the lease of ``message_id`` (it is being deleted by id); its current name, or None."""
+        """Forget the lease of ``message_id`` (it is being deleted by id); its current name, or None.
+
+        Its handle keys go too: the receive's handle and the current name (a handle named by a
+        visibility change between two others stays until the bound evicts it). Before, a delete by
+        id left every handle behind, so that under deletes by id the handle table stayed full at
+        :data:`MAX_REMEMBERED_LEASES`.
+        """
         with self._lock:
             lease = self._by_message.pop((queue, message_id), None)
-            return lease.current if lease is not None else None
+            if lease is None:
+                return None
+            by_handle = self._by_handle
+            by_handle.pop(lease.current, None)
+            by_handle.pop(lease.first, None)
+            return lease.current

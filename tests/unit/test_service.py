@@ -309,8 +309,19 @@ def test_check_handle_and_lease_memory(store: Store) -> None:
     assert memory.current(handle) == memory.current(newer) == current
     assert memory.hints([handle.text, "other"]) == {handle.text: current}
     assert memory.pop_message(Q, message.message_id) == current
+    assert len(memory) == 0  # a delete by id forgets both handles
     memory.released(handle)
     assert memory.current(handle) is None and memory.current(newer) is None
+
+
+def test_lease_memory_forgets_a_message_deleted_by_id() -> None:
+    memory = handles.LeaseMemory(limit=10)
+    first = ReceiptHandle.parse(f"1790000000000.orders.{_id(1)}.1.{'0' * 17}", Q)
+    memory.moved(first, f"1790000060000.orders.{_id(1)}.1.{'1' * 17}")
+    assert len(memory) == 2
+    assert memory.pop_message(Q, _id(1)) == f"1790000060000.orders.{_id(1)}.1.{'1' * 17}"
+    assert len(memory) == 0 and memory.current(first) is None
+    assert memory.pop_message(Q, _id(1)) is None
 
 
 def test_lease_memory_is_bounded() -> None:
