@@ -360,7 +360,7 @@ class Savers(Executor):
                 future.set_result([exc])
                 return future
             try:  # nobody leads a round of the directory (the usual case): this thread fsyncs it now
-                if store.disk.sync_dir_now(directory, "fsync of the directory"):
+                if store.disk.sync_dir(directory, "fsync of the directory", unless_led=True):
                     future.set_result([message_id])
                     return future
             except MQError as exc:

@@ -543,37 +543,26 @@ class Disk:
 
         self.files.sync_later(synced, epoch)
 
-    def sync_dir(self, path: str, step: str) -> None:
-        """Make every rename into directory ``path`` done before this call durable (group commit).
+    def sync_dir(self, path: str, step: str, *, unless_led: bool = False) -> bool:
+        """Make every rename into directory ``path`` done before this call durable (group commit); True when done.
 
         Args:
             path: The directory.
             step: What to call the step in the error, e.g. ``"fsync of remove/"``.
-        Raises:
-            StorageUnavailable: The fsync failed: the renames may or may not survive a power cut.
-        """
-        if not self.fsync:
-            return
-        try:
-            self.syncer.sync(path)
-        except OSError as exc:
-            raise storage_error(step, exc) from exc
-
-    def sync_dir_now(self, path: str, step: str) -> bool:
-        """:meth:`sync_dir` here if nobody leads a round of ``path`` (True), else False (use :meth:`sync_dir_later`).
-
-        Args:
-            path: The directory.
-            step: What to call the step in the error, e.g. ``"fsync of the directory"``.
+            unless_led: Only if no other thread leads a round of ``path`` (:meth:`DirSyncer.sync_now`; a lone
+                send on the loop thread): else nothing is done and False is returned (use :meth:`sync_dir_later`).
         Raises:
             StorageUnavailable: The fsync failed: the renames may or may not survive a power cut.
         """
         if not self.fsync:
             return True
         try:
-            return self.syncer.sync_now(path)
+            if unless_led:
+                return self.syncer.sync_now(path)
+            self.syncer.sync(path)
         except OSError as exc:
             raise storage_error(step, exc) from exc
+        return True
 
     def sync_dir_later(self, path: str, step: str, done: Callable[[StorageUnavailable | None], None]) -> None:
         """:meth:`sync_dir` without waiting: ``done(None)`` once the renames into ``path`` are durable.
