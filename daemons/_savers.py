@@ -359,16 +359,9 @@ class Savers(Executor):
                     names.drop_ready(ready)  # no event comes for it
                 future.set_result([exc])
                 return future
-            try:  # nobody leads a round of the directory (the usual case): this thread fsyncs it now
-                if store.disk.sync_dir(directory, "fsync of the directory", unless_led=True):
-                    future.set_result([message_id])
-                    return future
-            except MQError as exc:
-                future.set_result([exc])
-                return future
             here = threading.get_ident()
 
-            def synced(error: MQError | None) -> None:  # on the thread leading the round covering this send
+            def synced(error: MQError | None) -> None:  # on another thread if it led the round covering this send
                 self._hand_back((future, True, [message_id if error is None else error]), here)
 
             store.disk.sync_dir_later(directory, "fsync of the directory", synced)

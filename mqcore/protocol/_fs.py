@@ -174,35 +174,6 @@ class DirSyncer:
         """
         join_or_lead(self._cond, self._later, path, done, fsync_dir, "directory")
 
-    def sync_now(self, path: str) -> bool:
-        """:meth:`sync_later` without its callback: True once this thread led a round of ``path`` for this caller.
-
-        False (nothing done) if another thread leads rounds of ``path``: the caller uses :meth:`sync_later`.
-        Else this thread fsyncs ``path`` (a round started after the call), then leads the rounds of
-        whoever :meth:`sync_later` left meanwhile, as any leader does (the daemon's lone send).
-
-        Raises:
-            OSError: Opening or fsyncing the directory failed in this caller's round (raised after the
-                rounds of the others, which get their own rounds' outcomes; "fsyncgate": never retried).
-        """
-        cond, later = self._cond, self._later
-        with cond:
-            if path in later:
-                return False
-            later[path] = []  # leading: callers from now on wait for the round after this one
-        error: OSError | None = None
-        started = time.perf_counter()
-        try:
-            fsync_dir(path)
-        except OSError as exc:
-            error = exc
-        if error is None and STORAGE_HOOKS.on_fsync is not None:
-            STORAGE_HOOKS.on_fsync("directory", time.perf_counter() - started, 1)
-        lead_rounds(cond, later, path, fsync_dir, "directory")  # others left meanwhile; ends the leadership
-        if error is not None:
-            raise error
-        return True
-
 
 #: A group commit's callback: None, or the OSError of the round that covered its caller.
 Done = Callable[[OSError | None], None]
@@ -286,18 +257,6 @@ def join_or_lead(
                 gather.left(cond, waiting)
             return
         later[key] = [done]
-    lead_rounds(cond, later, key, sync, kind, gather)
-
-
-def lead_rounds(
-    cond: threading.Condition,
-    later: dict[str, list[Done]],
-    key: str,
-    sync: Callable[[str], bool | None],
-    kind: str,
-    gather: Gather | None = None,
-) -> None:
-    """:func:`join_or_lead`'s leader (it set ``later[key]`` under ``cond``): rounds until nobody is left."""
     ended = None
     while True:
         with cond:
@@ -543,26 +502,21 @@ class Disk:
 
         self.files.sync_later(synced, epoch)
 
-    def sync_dir(self, path: str, step: str, *, unless_led: bool = False) -> bool:
-        """Make every rename into directory ``path`` done before this call durable (group commit); True when done.
+    def sync_dir(self, path: str, step: str) -> None:
+        """Make every rename into directory ``path`` done before this call durable (group commit).
 
         Args:
             path: The directory.
             step: What to call the step in the error, e.g. ``"fsync of remove/"``.
-            unless_led: Only if no other thread leads a round of ``path`` (:meth:`DirSyncer.sync_now`; a lone
-                send on the loop thread): else nothing is done and False is returned (use :meth:`sync_dir_later`).
         Raises:
             StorageUnavailable: The fsync failed: the renames may or may not survive a power cut.
         """
         if not self.fsync:
-            return True
+            return
         try:
-            if unless_led:
-                return self.syncer.sync_now(path)
             self.syncer.sync(path)
         except OSError as exc:
             raise storage_error(step, exc) from exc
-        return True
 
     def sync_dir_later(self, path: str, step: str, done: Callable[[StorageUnavailable | None], None]) -> None:
         """:meth:`sync_dir` without waiting: ``done(None)`` once the renames into ``path`` are durable.

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from mqcore.protocol import DirSyncer
-from mqcore.protocol._fs import STORAGE_HOOKS
 
 #: Seconds a thread may take to finish its calls before the test calls it hung.
 JOIN_TIMEOUT_SECONDS = 30.0
@@ -245,58 +244,3 @@ def test_sync_later_gives_a_failed_round_to_its_callers_and_is_not_sticky(tmp_pa
     missing.mkdir()
     syncer.sync_later(str(missing), outcomes.append)
     assert outcomes[1:] == [None]
-
-
-def test_sync_now_leads_alone_or_declines_beside_a_leader(tmp_path: Path) -> None:
-    """sync_now (a lone send on the loop thread): True once it fsynced the directory itself; False, doing
-    nothing, while another thread leads a round (the caller then leaves itself with sync_later); its own
-    round's error is raised and not sticky; callers left during its round get a round of their own."""
-    syncer = DirSyncer()
-    directory = tmp_path / "queue"
-    directory.mkdir()
-    assert syncer.sync_now(str(directory)) is True
-    assert open_descriptors_to(directory) == []
-
-    in_round = threading.Event()
-    release = threading.Event()
-    outcomes: list[OSError | None] = []
-
-    def slow_done(error: OSError | None) -> None:  # holds the leader inside its round's callbacks
-        in_round.set()
-        release.wait(JOIN_TIMEOUT_SECONDS)
-        outcomes.append(error)
-
-    leader = threading.Thread(target=syncer.sync_later, args=(str(directory), slow_done), daemon=True)
-    leader.start()
-    assert in_round.wait(JOIN_TIMEOUT_SECONDS)
-    assert syncer.sync_now(str(directory)) is False  # a round is being led: nothing done here
-    release.set()
-    leader.join(JOIN_TIMEOUT_SECONDS)
-    assert outcomes == [None]
-
-    missing = tmp_path / "gone"
-    with pytest.raises(FileNotFoundError):
-        syncer.sync_now(str(missing))
-    missing.mkdir()
-    assert syncer.sync_now(str(missing)) is True
-
-    # A caller that comes during sync_now's round (here: in the fsync hook, before the round ends) is
-    # covered by a round of its own, which sync_now leads before it returns.
-    left: list[OSError | None] = []
-    rounds: list[int] = []
-
-    def on_fsync(kind: str, seconds: float, batch: int) -> None:
-        rounds.append(batch)
-        if len(rounds) == 1:
-            other = threading.Thread(target=syncer.sync_later, args=(str(directory), left.append), daemon=True)
-            other.start()
-            other.join(JOIN_TIMEOUT_SECONDS)  # it found a leader: it left its callback and returned at once
-
-    saved = STORAGE_HOOKS.on_fsync
-    STORAGE_HOOKS.on_fsync = on_fsync
-    try:
-        assert syncer.sync_now(str(directory)) is True
-    finally:
-        STORAGE_HOOKS.on_fsync = saved
-    assert left == [None]
-    assert rounds == [1, 1]  # its own round, then the one it led for the caller that came meanwhile
