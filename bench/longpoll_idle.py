@@ -220,12 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=25.0, help="each window with receivers")
     p.add_argument("--floor-seconds", type=float, default=15.0, help="the window with no receiver")
     p.add_argument("--sends", type=int, default=100)
-    p.add_argument(
-        "--churn-queues",
-        type=int,
-        default=0,
-        help="first create, fill, receive on and delete this many queues (the full run's queues step: 10000)",
-    )
+    p.add_argument("--churn-queues", type=int, default=0, help="first make and delete this many queues (_churn)")
     p.add_argument("--churn-messages", type=int, default=10, help="messages per churned queue")
     p.add_argument("--churn-settle", type=float, default=5.0, help="seconds after the churn before the windows")
     p.add_argument("--variants", default="main,new", help="main and/or new, in this order in round 1")
