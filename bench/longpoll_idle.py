@@ -220,9 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=25.0, help="each window with receivers")
     p.add_argument("--floor-seconds", type=float, default=15.0, help="the window with no receiver")
     p.add_argument("--sends", type=int, default=100)
-    p.add_argument("--churn-queues", type=int, default=0, help="first make and delete this many queues (_churn)")
-    p.add_argument("--churn-messages", type=int, default=10, help="messages per churned queue")
-    p.add_argument("--churn-settle", type=float, default=5.0, help="seconds after the churn before the windows")
+    churn = p.add_argument_group("churn", "before the windows, what the full run's queues step leaves (_churn)")
+    for flag, kind, default, what in (
+        ("--churn-queues", int, 0, "queues made, filled, received on and deleted (the full run: 10000)"),
+        ("--churn-messages", int, 10, "messages per churned queue"),
+        ("--churn-settle", float, 5.0, "seconds after the churn before the windows"),
+    ):
+        churn.add_argument(flag, type=kind, default=default, help=what)
     p.add_argument("--variants", default="main,new", help="main and/or new, in this order in round 1")
     p.add_argument("--output", required=True)
     args = p.parse_args(argv)
