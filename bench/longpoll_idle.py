@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 if str(REPO_DIR) not in sys.path:
     sys.path.insert(0, str(REPO_DIR))
 
+from bench.prefill import fill  # noqa: E402
 from bench.run import Api, CpuMeter, Daemons, log  # noqa: E402
 
 
@@ -148,6 +150,29 @@ async def _measure(url: str, pids: dict[str, int], queues: list[str], args: argp
     return out
 
 
+def _churn(root: Path, api: Api, count: int, per: int) -> dict[str, float]:
+    """What the full run's ``queues`` step leaves: ``count`` queues of ``per`` messages filled directly,
+    one receive (delete, send again) on each so mq indexes them all, then every one deleted.
+
+    Returns seconds of each part: ``{"fill_s", "warm_s", "delete_s"}``.
+    """
+    names = [f"churn-{i:05d}" for i in range(count)]
+    t0 = time.monotonic()
+    fill(root, [(q, per) for q in names])
+    t1 = time.monotonic()
+    body = os.urandom(1024)
+    for q in names:
+        status, headers, _ = api.request("GET", f"/{q}/messages")
+        if status == 200:
+            api.request("DELETE", f"/{q}/messages/{urllib.parse.quote(headers.get('x-message-id', ''))}")
+            api.send(q, body)
+    t2 = time.monotonic()
+    for q in names:
+        api.delete_queue(q)
+    t3 = time.monotonic()
+    return {"fill_s": round(t1 - t0, 1), "warm_s": round(t2 - t1, 1), "delete_s": round(t3 - t2, 1)}
+
+
 def _round(variant: str, tree: Path | None, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -156,6 +181,10 @@ def _round(variant: str, tree: Path | None, root: Path, args: argparse.Namespace
     try:
         url = daemons.start()
         api = Api(url)
+        churn = _churn(root / "mq", api, args.churn_queues, args.churn_messages) if args.churn_queues else None
+        if churn:
+            log(f"{variant}: churned {args.churn_queues} queues: {churn}; settling {args.churn_settle:g} s")
+            time.sleep(args.churn_settle)
         queues = [f"idle-{i:03d}" for i in range(args.queues)]
         for q in queues:
             api.create_queue(q)
@@ -164,7 +193,7 @@ def _round(variant: str, tree: Path | None, root: Path, args: argparse.Namespace
     finally:
         daemons.stop()
         shutil.rmtree(root, ignore_errors=True)
-    res["variant"], res["uptime"] = variant, uptime
+    res["variant"], res["uptime"], res["churn"] = variant, uptime, churn
     per_cycle = None
     extra = res["wait2"]["empty_answers"] - res["wait20"]["empty_answers"]
     if extra > 0:
@@ -191,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=25.0, help="each window with receivers")
     p.add_argument("--floor-seconds", type=float, default=15.0, help="the window with no receiver")
     p.add_argument("--sends", type=int, default=100)
+    churn = p.add_argument_group("churn", "before the windows, what the full run's queues step leaves (_churn)")
+    for flag, kind, default, what in (
+        ("--churn-queues", int, 0, "queues made, filled, received on and deleted (the full run: 10000)"),
+        ("--churn-messages", int, 10, "messages per churned queue"),
+        ("--churn-settle", float, 5.0, "seconds after the churn before the windows"),
+    ):
+        churn.add_argument(flag, type=kind, default=default, help=what)
     p.add_argument("--variants", default="main,new", help="main and/or new, in this order in round 1")
     p.add_argument("--output", required=True)
     args = p.parse_args(argv)
