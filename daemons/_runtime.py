@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import math
 import os
@@ -41,15 +40,6 @@ EXIT_CONFIG = 78
 
 #: Log levels accepted by ``--log-level``.
 LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
-
-#: The cyclic garbage collector's generation-0 threshold in every daemon (Python's default: 700).
-#: A long poll's objects live its whole wait (20 s), and at the default each one outlived two young
-#: collections and was promoted to the oldest generation, whose growth set off full collections of the
-#: whole heap every 20-40 s at 1,000 idle long pollers: 16-160 ms of the loop thread each, more with
-#: more queues indexed (docs/performance.md, "Long pollers' idle CPU: the garbage collector (issue 12,
-#: stop 25)"). At 20,000 the young collections come ~30 times less often, so a request's objects are
-#: mostly freed (by their reference counts) before one, and full collections are rare.
-GC_GEN0_THRESHOLD = 20_000
 
 #: Keys allowed at the top level of the TOML file (shared by all daemons).
 SHARED_KEYS = frozenset({"root"})
@@ -301,7 +291,6 @@ def run(
     global _guard
     stop_early_on_signals()
     _guard = StopGuard(stop_timeout_seconds, root)
-    tune_gc()
     import uvloop  # here: ``--help``, a usage error or a bad setting exits before any event loop
 
     async def guarded() -> int:
@@ -311,13 +300,6 @@ def run(
             _ignore_stop_signals()
 
     return uvloop.run(guarded())
-
-
-def tune_gc() -> None:
-    """Set the garbage collector's generation-0 threshold to :data:`GC_GEN0_THRESHOLD` (older generations' as
-    Python's defaults). Called by :func:`run` before the event loop starts."""
-    _, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def _ignore_stop_signals() -> None:
