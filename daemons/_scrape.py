@@ -22,6 +22,7 @@ may have changed since the last one:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -299,6 +300,11 @@ class _Families:
 
 #: An exposition encoder (``prometheus_client.exposition.choose_encoder``'s first value).
 Encoder = Callable[[Any], bytes]
+#: A label value no metric or label name can hold (``@`` is in neither): :class:`Lines`' template marker.
+_SENTINEL = "@mq@"
+#: Whether a label value is written as it is by both exposition formats, which escape only a backslash, a double
+#: quote and a newline in label values (Prometheus text format 0.0.4; OpenMetrics 1.0 "Escaping"). Queue names are.
+_verbatim = re.compile(r'[^\\"\n]*').fullmatch
 
 
 class Lines:
@@ -321,6 +327,7 @@ class Lines:
         self._prefixes: dict[str, dict[str, str]] = {}  # family -> label -> the line up to its value
         self._last: dict[str, tuple[float, str]] = {}  # prefix -> (value, line)
         self._texts: dict[str, tuple[list[str], dict[str, Any], str]] = {}  # family -> (labels, values, text)
+        self._templates: dict[str, tuple[str, str]] = {}  # family -> a sample line's text before / after its label
 
     def encode(self, families: Iterable[Metric]) -> str:
         """``families`` as the encoder writes them, without the final ``# EOF`` of OpenMetrics."""
@@ -331,6 +338,33 @@ class Lines:
         if counter:
             return CounterMetricFamily(name, doc, labels=["queue"])
         return GaugeMetricFamily(name, doc, labels=["queue"])
+
+    def _from_template(
+        self, name: str, doc: str, counter: bool, header: str, prefixes: dict[str, str], missing: list[str]
+    ) -> list[str]:
+        """Make the prefixes of the ``missing`` labels the encoder writes verbatim; return the others.
+
+        The encoder writes one sample of the family labelled :data:`_SENTINEL` once; a plain label's
+        prefix is that line with the label in the sentinel's place. A first scrape after 10,000 new
+        queues took ~0.56 s of the loop when each label went through the encoder (docs/performance.md,
+        stop 25); the text is the same byte for byte.
+        """
+        template = self._templates.get(name)
+        if template is None:
+            family = self._family(name, doc, counter)
+            family.add_metric([_SENTINEL], 0.0)
+            line = self.encode([family])[len(header) :]
+            assert line.endswith(" 0.0\n") and line.count(_SENTINEL) == 1, line
+            head, tail = line[: -len("0.0\n")].split(_SENTINEL)
+            template = self._templates[name] = (head, tail)
+        head, tail = template
+        others = []
+        for label in missing:
+            if _verbatim(label):
+                prefixes[label] = f"{head}{label}{tail}"
+            else:
+                others.append(label)
+        return others
 
     def family(self, name: str, doc: str, values: dict[str, Any], labels: list[str], *, counter: bool = False) -> str:
         """The family ``name`` with one sample per label of ``labels`` (in that order), valued from ``values``.
@@ -352,6 +386,8 @@ class Lines:
             header = self._headers[name] = self.encode([self._family(name, doc, counter)])
         prefixes = self._prefixes.setdefault(name, {})
         missing = [label for label in labels if label not in prefixes]
+        if missing:
+            missing = self._from_template(name, doc, counter, header, prefixes, missing)
         if missing:
             family = self._family(name, doc, counter)
             for label in missing:
