@@ -130,22 +130,25 @@ class LeaseMemory:
             for handle in handles:
                 lease = self._by_handle.pop(handle.text, None)
                 if lease is not None:
-                    self._by_handle.pop(lease.current, None)
+                    self._drop_keys(lease)
                 self._by_message.pop((handle.queue, handle.message_id), None)
 
     def pop_message(self, queue: QueueName, message_id: str) -> str | None:
         """Forget the lease of ``message_id`` (it is being deleted by id); its current name, or None.
 
-        Its handle keys go too: the receive's handle and the current name (a handle named by a
-        visibility change between two others stays until the bound evicts it). Before, a delete by
-        id left every handle behind, so that under deletes by id the handle table stayed full at
-        :data:`MAX_REMEMBERED_LEASES`.
+        Its handle keys go too (:meth:`_drop_keys`, as in :meth:`released`): the receive's handle and the
+        current name (a handle named by a visibility change between two others stays until the bound
+        evicts it). Before, a delete by id left every handle behind, so that under deletes by id the
+        handle table stayed full at :data:`MAX_REMEMBERED_LEASES`.
         """
         with self._lock:
             lease = self._by_message.pop((queue, message_id), None)
             if lease is None:
                 return None
-            by_handle = self._by_handle
-            by_handle.pop(lease.current, None)
-            by_handle.pop(lease.first, None)
+            self._drop_keys(lease)
             return lease.current
+
+    def _drop_keys(self, lease: _Lease) -> None:
+        """Forget ``lease``'s handle keys: its first handle and its current name (under the lock)."""
+        self._by_handle.pop(lease.current, None)
+        self._by_handle.pop(lease.first, None)
