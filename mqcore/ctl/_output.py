@@ -230,7 +230,11 @@ class StopSignal:
         self._old: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        self.event.set()
+        # Set from another thread: a handler runs in the main thread between two bytecodes, possibly while that
+        # thread holds the event's own lock (inside Event.wait or is_set), and Event.set() there would wait for
+        # that lock forever: `mqctl tail` once ignored a SIGTERM for 60 s in CI (cpython gh-126434 is the same
+        # deadlock in multiprocessing.Event).
+        threading.Thread(target=self.event.set, name="mqctl-stop", daemon=True).start()
 
     def __enter__(self) -> threading.Event:
         if threading.current_thread() is threading.main_thread():
