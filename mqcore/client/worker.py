@@ -198,7 +198,7 @@ class Worker:
             )
         self._client = client
         self._token = token
-        self._lock = threading.RLock()  # stop() may run in a signal handler on the main thread
+        self._lock = threading.RLock()  # reentrant: a signal handler of the caller's may call stop()
         self._stop_requested = False
         self._current: _Run | None = None
 
@@ -247,7 +247,13 @@ class Worker:
                 self._stop_requested = False
 
     def stop(self) -> None:
-        """Stop the running :meth:`run` gracefully (thread-safe; also from a signal handler).
+        """Stop the running :meth:`run` gracefully (thread-safe).
+
+        From a signal handler of your own, call it from a new thread
+        (``threading.Thread(target=worker.stop).start()``), as the handlers
+        :meth:`run` installs do: a handler runs in the main thread between two
+        bytecodes, maybe while that thread holds a ``threading.Event``'s lock, and
+        setting that event there would wait forever (cpython gh-126434).
 
         No new handler starts; messages that receives in progress bring back are released at
         once; running handlers finish and ack (or release) their messages; then :meth:`run`
@@ -342,7 +348,10 @@ class Worker:
                 "stopping on %s queue=%s (running handlers finish first)", signal.Signals(signum).name, self.queue
             )
             restore()  # a second signal goes to the previous handlers (a second Ctrl-C: KeyboardInterrupt)
-            self.stop()
+            # stop() from another thread: a handler runs in the main thread between two bytecodes, possibly while
+            # that thread holds the run's halt event's own (non-reentrant) lock, and halt.set() there would wait
+            # for it forever (mqctl's StopSignal had this deadlock; cpython gh-126434).
+            threading.Thread(target=self.stop, name=f"mq-worker-{self.queue}-stop", daemon=True).start()
 
         def restore() -> None:
             for sig, old in previous.items():
