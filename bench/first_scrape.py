@@ -145,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         result["scrapes"] = scrapes
     finally:
         proc.terminate()
-        proc.wait()
+        proc.wait(timeout=30)
         log.close()
     print(json.dumps(result))
-    return 0
+    return 0 if all(scrape["status"] == 200 for scrape in result.get("scrapes", [])) else 1
 
 
 if __name__ == "__main__":
