@@ -79,11 +79,6 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 #: Upper bounds of mq-mover's redelivery lag buckets, in seconds (how late after its deadline a file moved).
 LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
-#: Queues a scrape's walks over the queues (:meth:`BrokerCollector.refresh`) take between two turns of the loop:
-#: the first scrape after 10,004 queues were indexed held the loop 60-190 ms in one walk (docs/performance.md,
-#: stop 26); a slice is ~5 ms.
-SCRAPE_SLICE = 500
-
 #: The per-queue counters mq itself counts: event kind -> (metric name without ``_total``, help).
 BROKER_COUNTERS = {
     "sent": ("mq_messages_sent", "Messages stored by sends through this process (SQS NumberOfMessagesSent)."),
@@ -433,9 +428,7 @@ class BrokerCollector(Collector):
             indexed: dict[str, tuple[int, int | None]] = {}
             unindexed: set[str] = set()
             fetcher_for = states.fetcher_for
-            for i, queue in enumerate(ordered):
-                if i and not i % SCRAPE_SLICE:
-                    await asyncio.sleep(0)  # let the loop answer between slices (a first scrape: every queue)
+            for queue in ordered:
                 state = fetcher_for(queue).queues.get(queue)
                 if state is None:
                     unindexed.add(queue)
@@ -446,9 +439,7 @@ class BrokerCollector(Collector):
             checked = states.checked_stamps if states.change_check_seconds else None
             scanned, delay, redrive = await asyncio.to_thread(self.cache.read, ordered, unindexed, checked)
             label_of, gauges = self.counts.labels, self.gauges
-            for i, queue in enumerate(ordered):
-                if i and not i % SCRAPE_SLICE:
-                    await asyncio.sleep(0)
+            for queue in ordered:
                 counts = indexed.get(queue) or scanned.get(queue)
                 row = None if counts is None else (label_of(queue), counts[0], counts[1])
                 gauges.update(queue, row, redrive.get(queue))

@@ -361,11 +361,9 @@ async def test_scrape_after_an_inotify_queue_overflow(stack_factory, http, wait)
 
 
 @pytest.mark.parametrize("accept", ["", "application/openmetrics-text; version=1.0.0"], ids=["text", "openmetrics"])
-async def test_the_exposition_is_the_encoders_own(tmp_path: Path, http, accept, monkeypatch) -> None:
+async def test_the_exposition_is_the_encoders_own(tmp_path: Path, http, accept) -> None:
     # GET /metrics writes the per-queue families' lines itself (daemons._scrape.Lines); they must be what
     # prometheus-client's encoder writes for the same registry, in the same order, with the _other label.
-    # A scrape's walks over the queues give the loop a turn every SCRAPE_SLICE queues (500); here after every one.
-    monkeypatch.setattr("daemons._metrics.SCRAPE_SLICE", 1)
     async with mq_in_process(tmp_path / "root", metrics_max_queues=2) as (broker, _, url):
         for name in ("a1", "a2", "a3", "a4"):
             reply = await http.put(f"{url}/{name}")
