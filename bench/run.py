@@ -825,7 +825,8 @@ class Bench:
 
         ``pairs`` runs of each, in the order without/with, with/without, ... so a drift of the
         machine's speed weighs on both alike; the cost is 1 - median(with) / median(without).
-        mq's CPU milliseconds per send, with and without, are less sensitive to other load.
+        mq's CPU milliseconds per send, with and without, are less sensitive to other load. One
+        scrape before the pairs is not counted (:meth:`_warmup_scrape`).
         """
         rates: dict[str, list[float]] = {"without": [], "with": []}
         cpu_ms: dict[str, list[float]] = {"without": [], "with": []}
