@@ -825,11 +825,13 @@ class Bench:
 
         ``pairs`` runs of each, in the order without/with, with/without, ... so a drift of the
         machine's speed weighs on both alike; the cost is 1 - median(with) / median(without).
-        mq's CPU milliseconds per send, with and without, are less sensitive to other load.
+        mq's CPU milliseconds per send, with and without, are less sensitive to other load. One
+        scrape before the pairs is not counted (:meth:`_warmup_scrape`).
         """
         rates: dict[str, list[float]] = {"without": [], "with": []}
         cpu_ms: dict[str, list[float]] = {"without": [], "with": []}
         scrapes: list[float] = []
+        warmup = self._warmup_scrape()
         for i in range(pairs):
             for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
                 log(f"metrics: sends at {clients} clients {mode} a scrape every second, {self.cfg.duration_s:g} s")
@@ -860,8 +862,31 @@ class Bench:
             "mq_cpu_ms_per_send_with_scrape": cpu_ms["with"],
             "scrapes": len(scrapes),
             "scrape_ms_median": round(statistics.median(scrapes) * 1000, 1) if scrapes else None,
+            **warmup,
             **idle,
         }
+
+    def _warmup_scrape(self) -> dict[str, Any]:
+        """One scrape before the pairs, not counted in them: its ms and mq's CPU ms.
+
+        A Prometheus scrapes a target every 15 s (its default) for as long as the target lives, so
+        the pairs measure the steady state. The first scrape after mq indexed the step's 10,000 new
+        queues builds every queue's row and lines (0.45-0.57 s of mq's loop in stop 25); inside the
+        first counted run it weighed on one sample of four (docs/performance.md, stop 26).
+        """
+        api = Api(f"http://{self.api.host}:{self.api.port}")
+        try:
+            meter = self._meter()
+            started = time.perf_counter()
+            status, _, _ = api.request("GET", "/metrics")
+            if status != 200:
+                raise RuntimeError(f"GET /metrics answered {status}")
+            seconds = time.perf_counter() - started
+            cpu = self._cpu(meter, 1)
+        finally:
+            api.close()
+        log(f"metrics: warm-up scrape (not counted) {seconds * 1000:.0f} ms, mq CPU {cpu.get('mq_cpu_ms_per_op')} ms")
+        return {"warmup_scrape_ms": round(seconds * 1000, 1), "warmup_scrape_mq_cpu_ms": cpu.get("mq_cpu_ms_per_op")}
 
     def _idle_scrapes(self, n: int = 20) -> dict[str, Any]:
         """``n`` scrapes in a row without other load: mq's CPU milliseconds per scrape and the median latency.
