@@ -233,10 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         ("--churn-settle", float, 5.0, "seconds after the churn before the windows"),
     ):
         churn.add_argument(flag, type=kind, default=default, help=what)
-    p.add_argument("--variants", default="main,new", help="main and/or new, in this order in round 1")
+    p.add_argument("--variants", default="main,new", help="main and/or new (or a --tree), in this order in round 1")
+    p.add_argument("--tree", action="append", default=[], help="NAME=PATH: one more variant, the code tree at PATH")
     p.add_argument("--output", required=True)
     args = p.parse_args(argv)
-    variants = {"main": Path(args.base), "new": None}
+    variants: dict[str, Path | None] = {"main": Path(args.base), "new": None}
+    for spec in args.tree:
+        name, _, path = spec.partition("=")
+        variants[name] = Path(path)
     names = args.variants.split(",")
     rows: list[dict[str, Any]] = []
     for r in range(args.rounds):
