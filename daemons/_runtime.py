@@ -311,9 +311,9 @@ def freeze_start_up(name: str) -> int:
     generation, which no later collection walks. Long pollers' objects live their whole wait (20 s), are
     promoted to the oldest generation and set off full collections of the whole heap every 20-45 s at
     1,000 idle pollers; without the start-up's objects each walks a smaller heap (docs/performance.md,
-    "The collector after start-up: gc.freeze() (issue 12, stop 26)"). Frozen objects are still freed by
-    their reference counts; only a reference cycle among them is never collected, which start-up's
-    long-lived objects do not form in any number.
+    "The collector after start-up: gc.freeze() and its counts in /metrics (issue 12, stop 26)"). Frozen
+    objects are still freed by their reference counts; a reference cycle among them is never collected, so
+    what a queue present at start-up leaves in a cycle when it is deleted stays (bounded by those queues).
 
     Args:
         name: The daemon (``mq``, ``mq-mover``, ``mq-reaper``), for the log line.
