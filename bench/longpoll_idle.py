@@ -43,6 +43,7 @@ if str(REPO_DIR) not in sys.path:
 
 from bench.prefill import fill  # noqa: E402
 from bench.run import Api, CpuMeter, Daemons, log  # noqa: E402
+from bench.scale import gc_delta, gc_work  # noqa: E402
 
 
 class Pollers:
@@ -104,26 +105,30 @@ async def _settle(pollers: Pollers, seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-async def _window(pids: dict[str, int], seconds: float) -> dict[str, float]:
+async def _window(pids: dict[str, int], seconds: float, url: str = "") -> dict[str, Any]:
+    before = await asyncio.to_thread(gc_work, url) if url else None
     meter = CpuMeter(pids)
     await asyncio.sleep(seconds)
-    return meter.stop()
+    out: dict[str, Any] = meter.stop()
+    if url:
+        out["gc"] = gc_delta(before, await asyncio.to_thread(gc_work, url))
+    return out
 
 
 async def _measure(url: str, pids: dict[str, int], queues: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"floor": await _window(pids, args.floor_seconds)}
+    out: dict[str, Any] = {"floor": await _window(pids, args.floor_seconds, url)}
     pollers = Pollers(url, queues, args.receivers)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         pollers.start(session)
         await _settle(pollers, 2.0)
         empty0 = pollers.empty
-        out["wait20"] = await _window(pids, args.seconds)
+        out["wait20"] = await _window(pids, args.seconds, url)
         out["wait20"]["empty_answers"] = pollers.empty - empty0
         pollers.wait = 2
         await asyncio.sleep(20.5)  # every poll of wait 20 has ended once and polls again at wait 2
         empty0 = pollers.empty
-        out["wait2"] = await _window(pids, args.seconds)
+        out["wait2"] = await _window(pids, args.seconds, url)
         out["wait2"]["empty_answers"] = pollers.empty - empty0
         pollers.wait = 20
         await asyncio.sleep(2.5)
@@ -204,7 +209,8 @@ def _round(variant: str, tree: Path | None, root: Path, args: argparse.Namespace
         f"{variant}: floor {res['floor']['mq_cpu_pct']} %, wait20 {res['wait20']['mq_cpu_pct']} % "
         f"({res['wait20']['empty_answers']} empty), wait2 {res['wait2']['mq_cpu_pct']} % "
         f"({res['wait2']['empty_answers']} empty), {per_cycle} us/cycle, delivery p99 {res['delivery_ms']['p99']} ms, "
-        f"canary {res['wait20'].get('cpu_canary_ms')} ms; {uptime}"
+        f"canary {res['wait20'].get('cpu_canary_ms')} ms; gc wait20 {res['wait20'].get('gc')}, "
+        f"wait2 {res['wait2'].get('gc')}; {uptime}"
     )
     return res
 
@@ -227,10 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         ("--churn-settle", float, 5.0, "seconds after the churn before the windows"),
     ):
         churn.add_argument(flag, type=kind, default=default, help=what)
-    p.add_argument("--variants", default="main,new", help="main and/or new, in this order in round 1")
+    p.add_argument("--variants", default="main,new", help="main and/or new (or a --tree), in this order in round 1")
+    p.add_argument("--tree", action="append", default=[], help="NAME=PATH: one more variant, the code tree at PATH")
     p.add_argument("--output", required=True)
     args = p.parse_args(argv)
-    variants = {"main": Path(args.base), "new": None}
+    variants: dict[str, Path | None] = {"main": Path(args.base), "new": None}
+    for spec in args.tree:
+        name, _, path = spec.partition("=")
+        variants[name] = Path(path)
     names = args.variants.split(",")
     rows: list[dict[str, Any]] = []
     for r in range(args.rounds):

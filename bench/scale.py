@@ -33,6 +33,7 @@ import random
 import shutil
 import time
 import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,33 @@ def _pcts_ms(seconds: list[float]) -> dict[str, float | int | None]:
         return round(xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] * 1000, 3)
 
     return {"count": len(xs), "p50": at(50), "p90": at(90), "p99": at(99), "max": round(xs[-1] * 1000, 3)}
+
+
+def gc_work(url: str) -> dict[str, float] | None:
+    """mq's garbage collector so far, from ``GET /metrics``: ``{"gen0": collections, ..., "gen2_s": seconds, ...}``.
+
+    None when mq's ``/metrics`` has no ``mq_gc_pause_seconds_total`` (code before issue 12's stop 26).
+    """
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        for family, suffix in (("python_gc_collections_total", ""), ("mq_gc_pause_seconds_total", "_s")):
+            if line.startswith(family + '{generation="'):
+                generation = line[len(family) + 13]
+                out[f"gen{generation}{suffix}"] = float(line.rsplit(" ", 1)[1])
+    return out if "gen2_s" in out else None
+
+
+def gc_delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
+    """What the collector did between two :func:`gc_work` readings (collections per generation, ms in each)."""
+    if before is None or after is None:
+        return None
+    out: dict[str, float] = {}
+    for key, value in after.items():
+        delta = value - before.get(key, 0.0)
+        out[key.replace("_s", "_ms")] = round(delta * 1000, 1) if key.endswith("_s") else delta
+    return out
 
 
 class Scale:
@@ -471,9 +499,12 @@ class Scale:
             await asyncio.sleep(2.0)  # the last requests reach mq and start waiting
             idle_s = self.opts.longpoll_idle
             self._log(f"  {counts['waiting']:,} waiting; measuring mq's CPU for {idle_s:g} s with no message")
+            gc_before = await asyncio.to_thread(gc_work, base)
             meter = self.bench._meter()
             await asyncio.sleep(idle_s)
             idle = meter.stop()
+            collector = gc_delta(gc_before, await asyncio.to_thread(gc_work, base))
+            self._log(f"  mq's garbage collector in the window: {collector}")
             waiting_at_end = counts["waiting"]
             self._log(f"  mq {idle.get('mq_cpu_pct')} % of a core idle; now {sends} sends, one at a time")
             rng = random.Random(12)
@@ -510,6 +541,7 @@ class Scale:
             "idle_s": idle_s,
             "idle_cpu": idle,
             "idle_mq_cpu_pct": idle.get("mq_cpu_pct"),
+            "idle_mq_gc": collector,
             "idle_daemons_cpu_pct": round(sum(idle.get(f"{k}_cpu_pct", 0.0) for k in ("mq", "mover", "reaper")), 1),
             "sends": sends,
             "delivery_ms": delivery,

@@ -38,6 +38,7 @@ from prometheus_client.exposition import choose_encoder, start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from daemons._procmetrics import gc_collector
 from daemons._scrape import OTHER, Lines, QueueGauges, ScrapeCache, gauge_families, gauge_text
 from mqcore.names import QueueName
 from mqcore.protocol import STORAGE_HOOKS, now_ms
@@ -517,8 +518,10 @@ class BrokerMetrics:
         disk = DiskCollector(broker.settings.root)
         self.registry.register(disk)
         process = ProcessCollector(registry=self.registry)
+        collector = gc_collector()
+        self.registry.register(collector)
         #: The registry's collectors before and after :attr:`collector`, in its order.
-        self._around = (_Chain(*self.storage.collectors), _Chain(disk, process))
+        self._around = (_Chain(*self.storage.collectors), _Chain(disk, process, collector))
         #: With ``--processes N``: adds the other workers' metrics to this registry's (daemons._procmetrics).
         self.combine: Callable[[CollectorRegistry], Awaitable[Any]] | None = None
 
@@ -567,6 +570,7 @@ def daemon_registry(root: str) -> tuple[CollectorRegistry, StorageMetrics]:
     """A registry with the process collector, the root's free space and the storage metrics (installed)."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
+    registry.register(gc_collector())
     registry.register(DiskCollector(root))
     storage = StorageMetrics(registry)
     storage.install()

@@ -10,7 +10,7 @@ that answers a scrape adds its siblings' samples to its own
 (:func:`combine`), by metric type:
 
 - counters, histograms and summaries, and the process gauges
-  :data:`SUMMED_GAUGES` (memory, open files): summed per label set
+  :data:`SUMMED_GAUGES` (memory, open files, frozen objects): summed per label set
   (``mq_messages_sent_total``, ``mq_http_request_duration_seconds``,
   ``process_cpu_seconds_total``, fsync latency...);
 - every other gauge describes the shared root (ready, in flight, delayed,
@@ -28,18 +28,23 @@ of a single mq.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+import gc
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+if TYPE_CHECKING:
+    from aiohttp import web
+
 #: Gauges that are per process and add up over the processes.
-SUMMED_GAUGES = frozenset({"process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds"})
+SUMMED_GAUGES = frozenset(
+    {"process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds", "mq_gc_objects_frozen"}
+)
 #: Metric types whose samples add up over the processes.
 SUMMED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 #: Seconds a scrape waits for a sibling's metrics before leaving it out.
@@ -51,6 +56,7 @@ def own_metrics_app(registry: CollectorRegistry) -> web.Application:
 
     The per-queue gauges are not refreshed (the answering worker computes its own).
     """
+    from aiohttp import web  # here: mq-mover and mq-reaper import this module (gc_collector) but never aiohttp
 
     async def handle(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), content_type="text/plain")
@@ -62,6 +68,8 @@ def own_metrics_app(registry: CollectorRegistry) -> web.Application:
 
 async def _fetch(path: str) -> str | None:
     """The text metrics of the worker listening on Unix socket ``path``; None if it does not answer."""
+    import aiohttp
+
     try:
         async with (
             aiohttp.ClientSession(
@@ -130,3 +138,71 @@ def combiner(siblings: list[str]) -> Callable[[CollectorRegistry], Awaitable[Any
         return combine(own, [text for text in fetched if text is not None])
 
     return combined
+
+
+class GcCollector:
+    """The cyclic garbage collector's work in this process, as metric families (every daemon's ``/metrics``).
+
+    ``python_gc_collections_total``, ``python_gc_objects_collected_total`` and
+    ``python_gc_objects_uncollectable_total`` per generation (``gc.get_stats()``: the names of
+    prometheus-client's own ``GCCollector``), ``mq_gc_pause_seconds_total`` per generation (wall time inside
+    collections, timed by a ``gc.callbacks`` hook: a collection holds the GIL, so on the loop's thread it is
+    a pause of the loop) and ``mq_gc_objects_frozen`` (``gc.get_freeze_count()``: the start-up's objects,
+    :func:`daemons._runtime.freeze_start_up`). Two readings of the counters tell whether a bench window held
+    a full collection (generation 2) and how long the collector held the process.
+
+    One per process (:func:`gc_collector`): the hook is installed once.
+    """
+
+    def __init__(self) -> None:
+        #: Seconds inside collections so far, per generation (0, 1, 2).
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+        gc.callbacks.append(self._hook)
+
+    def _hook(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+
+    def collect(self) -> Iterator[Metric]:
+        """The families, read now."""
+        collections = CounterMetricFamily(
+            "python_gc_collections", "Times this generation was collected.", labels=["generation"]
+        )
+        collected = CounterMetricFamily(
+            "python_gc_objects_collected", "Objects collected during gc.", labels=["generation"]
+        )
+        uncollectable = CounterMetricFamily(
+            "python_gc_objects_uncollectable", "Uncollectable objects found during GC.", labels=["generation"]
+        )
+        pauses = CounterMetricFamily(
+            "mq_gc_pause_seconds",
+            "Seconds spent in the cyclic garbage collector's collections of this generation (the process's "
+            "thread that set one off is held meanwhile).",
+            labels=["generation"],
+        )
+        for generation, stats in enumerate(gc.get_stats()):
+            label = [str(generation)]
+            collections.add_metric(label, stats["collections"])
+            collected.add_metric(label, stats["collected"])
+            uncollectable.add_metric(label, stats["uncollectable"])
+            pauses.add_metric(label, round(self.seconds[generation], 6))
+        frozen = GaugeMetricFamily(
+            "mq_gc_objects_frozen",
+            "Objects in the garbage collector's permanent generation (frozen after start-up; never walked).",
+            value=gc.get_freeze_count(),
+        )
+        yield from (collections, collected, uncollectable, pauses, frozen)
+
+
+_gc_collector: GcCollector | None = None
+
+
+def gc_collector() -> GcCollector:
+    """This process's :class:`GcCollector` (made, and its hook installed, on the first call)."""
+    global _gc_collector
+    if _gc_collector is None:
+        _gc_collector = GcCollector()
+    return _gc_collector

@@ -41,6 +41,7 @@ from daemons._runtime import (
     build_settings,
     check_interval,
     check_root,
+    freeze_start_up,
     install_stop_signals,
     log_sources,
     run,
@@ -287,6 +288,7 @@ async def serve_daemon(
     try:
         await daemon.start()
         daemon.log_start_up()
+        freeze_start_up(name)
         log.info("%s ready root=%s", name, store.layout.root)
         sd_notify("READY=1")
         watchdog = asyncio.create_task(_watchdog.run(lambda: f"{name}: running"))

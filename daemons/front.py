@@ -248,6 +248,7 @@ async def serve(
         logger.info("socket activation: serving the socket systemd passed (fd %d)", sock.fileno())
     scheme = "https" if tls is not None else "http"
     host_text = f"[{host}]" if ":" in host else host
+    _runtime.freeze_start_up("mq")
     if link is not None:
         watchdog = await link.serving(broker, runner, f"{scheme}://{host_text}:{port}")
     else:
