@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import REPO, Daemons, Stack
@@ -337,3 +338,44 @@ def start_hosts(
 def with_session(hosts: list[Host], session: Any) -> list[Host]:
     """The hosts with their stacks' HTTP helpers bound to ``session``."""
     return [dataclasses.replace(h, stack=dataclasses.replace(h.stack, session=session)) for h in hosts]
+
+
+def queue_names(hosts: Sequence[Host]) -> set[str]:
+    """The queues on the hosts' shared root (read through host 0's mount; empty if it cannot be read)."""
+    try:
+        return {n for n in os.listdir(hosts[0].root / "queues") if not n.startswith(".")}
+    except OSError:
+        return set()
+
+
+def delete_queues(hosts: Sequence[Host], names: set[str]) -> None:
+    """``DELETE /{queue}`` each of ``names`` through the first host whose mq answers (best effort: a queue
+    left behind costs CPU, not correctness)."""
+    for name in sorted(names):
+        for host in hosts:
+            if not host.stack.mq.running or not host.stack.mq.url:
+                continue
+            try:
+                if httpx.delete(f"{host.stack.url}/{name}", timeout=30).status_code in (200, 404):
+                    break
+            except httpx.HTTPError:
+                continue
+
+
+@pytest.fixture(autouse=True)
+def _delete_the_tests_queues(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on a module's shared ``hosts``, delete the queues it created.
+
+    Every queue a host has indexed costs one ``stat`` of its directory every 50 ms on every host (their change
+    checks: docs/cluster.md), and with ``entry-timeout=0`` each is a lookup of every path component on each
+    brick: six idle empty queues kept GlusterFS at 84 % of a core against 5 % without them (docs/performance.md,
+    "The test suite's wall time (stop 26)"). Left indexed, a module's earlier queues slowed its later tests
+    (the race test ran beside five). The test's own assertions are done by then; nothing here asserts.
+    """
+    if "hosts" not in request.fixturenames:
+        yield
+        return
+    hosts = request.getfixturevalue("hosts")
+    before = queue_names(hosts)
+    yield
+    delete_queues(hosts, queue_names(hosts) - before)
