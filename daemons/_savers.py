@@ -46,6 +46,15 @@ all their data durable, and only then is each job handed back to a saver (ahead 
 work) to be renamed into place and left with the directory's group commit as above. A failed
 ``syncfs`` fails every entry of its round (the files are unlinked, nothing is renamed). The
 lone send on the loop thread keeps its file fsync (one writer: ``syncfs`` gains nothing there).
+
+While sends go to ``syncfs`` rounds, a saver waits on nothing but the GIL between its system calls,
+so a send handed over then wakes (or starts) a saver only while fewer than :data:`SYNCFS_RUNNABLE`
+take work; those take the rest from the queue. A saver that leads a round of ``syncfs`` or of a
+directory's fsyncs (``mqcore.protocol._fs.LEADING``), or runs a call (which may fsync), does not
+count until it takes its next item, and wakes another if too few are left. Eight savers all woken
+took the GIL from each other at every system call: futex wake-ups were the largest piece of mq's
+CPU at many clients (docs/performance.md, "Sends at many clients: fewer savers woken while their
+files wait for a syncfs round").
 """
 
 from __future__ import annotations
@@ -96,7 +105,7 @@ FOREIGN_DIRTY_HOLD_SECONDS = 1.0
 #: While sends overlap enough for ``syncfs`` rounds (:meth:`Savers._limited`), a send wakes or starts a saver only
 #: while fewer than this many savers take work (the leaders of a ``syncfs`` or directory round not counted): their
 #: files wait for a round, not for the disk, so more of them would only pass the GIL to each other at every system
-#: call (docs/performance.md, "Sends: the savers that run at once while files wait for a syncfs round").
+#: call (docs/performance.md, "Sends at many clients: fewer savers woken while their files wait for a syncfs round").
 SYNCFS_RUNNABLE = 2
 
 #: A worker of ``mq --processes N``: the file of the ``syncfs`` rounds its processes share (set at its start by
