@@ -46,6 +46,15 @@ all their data durable, and only then is each job handed back to a saver (ahead 
 work) to be renamed into place and left with the directory's group commit as above. A failed
 ``syncfs`` fails every entry of its round (the files are unlinked, nothing is renamed). The
 lone send on the loop thread keeps its file fsync (one writer: ``syncfs`` gains nothing there).
+
+While sends go to ``syncfs`` rounds, a saver waits on nothing but the GIL between its system calls,
+so a send handed over then wakes (or starts) a saver only while fewer than :data:`SYNCFS_RUNNABLE`
+take work; those take the rest from the queue. A saver that leads a round of ``syncfs`` or of a
+directory's fsyncs (``mqcore.protocol._fs.LEADING``), or runs a call (which may fsync), does not
+count until it takes its next item, and wakes another if too few are left. Eight savers all woken
+took the GIL from each other at every system call: futex wake-ups were the largest piece of mq's
+CPU at many clients (docs/performance.md, "Sends at many clients: fewer savers woken while their
+files wait for a syncfs round").
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ from mqcore.errors import MQError, QueueNotFound, StorageUnavailable
 from mqcore.fsinfo import DirtyMeter, MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
-from mqcore.protocol._fs import syncfs_available
+from mqcore.protocol._fs import LEADING, syncfs_available
 from mqcore.protocol._rounds import SharedRounds
 
 T = TypeVar("T")
@@ -93,6 +102,11 @@ SYNCFS_BODY_LIMIT = 1 << 20
 #: write the other writer's data back at once, and a writer that writes in bursts would otherwise meet a round again
 #: with each burst.
 FOREIGN_DIRTY_HOLD_SECONDS = 1.0
+#: While sends overlap enough for ``syncfs`` rounds (:meth:`Savers._limited`), a send wakes or starts a saver only
+#: while fewer than this many savers take work (the leaders of a ``syncfs`` or directory round not counted): their
+#: files wait for a round, not for the disk, so more of them would only pass the GIL to each other at every system
+#: call (docs/performance.md, "Sends at many clients: fewer savers woken while their files wait for a syncfs round").
+SYNCFS_RUNNABLE = 2
 
 #: A worker of ``mq --processes N``: the file of the ``syncfs`` rounds its processes share (set at its start by
 #: ``daemons._processes``), else None: this process's rounds are its own.
@@ -183,6 +197,55 @@ class SaveJob:
         self.here = 0
 
 
+class ForeignDirt:
+    """``--file-sync auto``'s check of the machine's dirty data that is not mq's own (:data:`FOREIGN_DIRTY_LIMIT`).
+
+    Saver threads call it. The bytes mq wrote for ``syncfs`` rounds not yet done (page-rounded, changed
+    under a lock) are taken off ``/proc/meminfo``'s dirty data, so that only other writers' count.
+    """
+
+    def __init__(self) -> None:
+        self.meter = DirtyMeter()
+        self.limit = FOREIGN_DIRTY_LIMIT
+        self._lock = threading.Lock()
+        self._own = 0
+        self._high = False
+        self._until = 0.0
+
+    def admit(self, job: SaveJob) -> bool:
+        """Whether ``job`` may use ``syncfs``: little dirty data is not mq's (its bytes then count as mq's until
+        :meth:`release`; sets ``job.syncfs_bytes``)."""
+        size = _page_bytes(job)
+        dirty = self.meter.dirty_bytes()
+        now = time.monotonic()
+        limit = self.limit // 2 if self._high else self.limit
+        with self._lock:
+            foreign = None if dirty is None else dirty - self._own
+            low = foreign is not None and foreign < limit
+            if not low:
+                self._until = now + FOREIGN_DIRTY_HOLD_SECONDS
+            elif now < self._until:
+                return False
+            else:
+                self._own += size
+                job.syncfs_bytes = size  # taken off again when its round ends (Savers._files_synced)
+        if low == self._high:  # it changed: say so once
+            self._high = not low
+            logger.info(
+                "file sync auto: %s; %s",
+                "unknown dirty data" if foreign is None else f"{max(foreign, 0) >> 20} MiB of dirty data not mq's",
+                f"file fsyncs until under {self.limit >> 21} MiB for {FOREIGN_DIRTY_HOLD_SECONDS:g} s"
+                if not low
+                else "syncfs rounds again",
+            )
+        return low
+
+    def release(self, size: int) -> None:
+        """The ``syncfs`` round of a job that :meth:`admit` counted ended: its ``size`` bytes are no longer dirty."""
+        with self._lock:
+            self._own -= size
+
+
 class ReadyNames(Protocol):
     """Told, on a saver thread, the ready names a job is about to rename into its queue, and those whose rename failed.
 
@@ -242,6 +305,9 @@ class Savers(Executor):
         #: The parking locks (held while parked) of the idle threads, the latest idle last.
         self._idle: list[threading.Lock] = []
         self._threads: list[threading.Thread] = []
+        #: The idents of savers that run a call or lead a round of ``syncfs`` or directory fsyncs (:meth:`_step_aside`),
+        #: until they take their next item: they may wait on the disk, so they do not count as taking work.
+        self._aside: list[int] = []
         self._closed = False
         #: Told each job's ready names before its renames (set by the daemon; None: nobody).
         self.ready_names: ReadyNames | None = None
@@ -254,14 +320,8 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
-        #: ``auto``: the machine's dirty data, and the bytes mq wrote for ``syncfs`` rounds not yet done
-        #: (page-rounded; changed under ``_own_lock`` by saver threads only), so that only others' count.
-        self.dirty = DirtyMeter()
-        self.foreign_dirty_limit = FOREIGN_DIRTY_LIMIT
-        self._own_lock = threading.Lock()
-        self._own_dirty = 0
-        self._foreign_high = False
-        self._foreign_until = 0.0
+        #: ``auto``: the machine's dirty data that is not mq's.
+        self.foreign = ForeignDirt()
 
     def use_file_sync(self, mode: str, mount: MountInfo | None) -> bool:
         """Choose how savers make files durable (``--file-sync``; before the first send); True: by ``syncfs``.
@@ -297,9 +357,10 @@ class Savers(Executor):
         """
         job = SaveJob(queue, entries, self._bound_loop().create_future())
         self._sent += 1
-        if len(entries) > 1 and self._free() > 1:  # a part per file: the files' fsyncs overlap on the free savers
+        limited = self._limited()
+        if len(entries) > 1 and self._free(limited) > 1:  # a part per file: the files' fsyncs overlap on free savers
             job.bounds = list(range(len(entries) + 1))
-        self._put([(job, k) for k in range(len(job.bounds) - 1)])
+        self._put([(job, k) for k in range(len(job.bounds) - 1)], limited=limited)
         return job.future
 
     def send_here(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
@@ -370,8 +431,11 @@ class Savers(Executor):
                 future.set_exception(exc)
         return future
 
-    def _free(self) -> int:
+    def _free(self, limited: bool) -> int:
         """How many savers could start on a job now: the idle and the not yet started, less the work queued.
+
+        ``limited`` (:meth:`_limited`): only as many as :data:`SYNCFS_RUNNABLE` allows beside the savers
+        taking work.
 
         A batch is one part per file (each file a job of its own saver, their fsyncs in parallel)
         while at least two savers are free; when at most one is (many clients: the savers are busy
@@ -380,7 +444,18 @@ class Savers(Executor):
         every system call (docs/performance.md, "Batches and hand-offs"). Cutting a batch into as
         many parts as savers were free measured worse at one client on the real disk.
         """
+        if limited:
+            return SYNCFS_RUNNABLE - self._runnable() - len(self._work)
         return len(self._idle) + self.workers - len(self._threads) - len(self._work)
+
+    def _limited(self) -> bool:
+        """Whether sends now go to ``syncfs`` rounds (``syncfs``, or ``auto`` with more sends in flight than
+        ``workers``): then at most :data:`SYNCFS_RUNNABLE` savers are woken to take work."""
+        return self.syncfs and (self.syncfs_always or self._sent - self._done > self.workers)
+
+    def _runnable(self) -> int:
+        """Savers taking work: started, not parked, not leading a round (lengths of lists: atomic under the GIL)."""
+        return len(self._threads) - len(self._idle) - len(self._aside)
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run ``fn(*args)`` on a saver (loop thread); the future gets its result or exception.
@@ -414,9 +489,10 @@ class Savers(Executor):
             self._put([(_Call(fn, args, future), 0)])
         return future
 
-    def _put(self, items: list[_Item], *, first: bool = False) -> None:
+    def _put(self, items: list[_Item], *, first: bool = False, limited: bool = False) -> None:
         """Queue ``items`` (ahead of the queued work if ``first``) and wake as many idle threads (the latest idle
-        first), starting threads if none is idle."""
+        first), starting threads if none is idle; if ``limited``, only while fewer than :data:`SYNCFS_RUNNABLE`
+        savers take work (those that do take the rest from the queue)."""
         if self._closed:
             raise RuntimeError("mq savers: cannot run a job after shutdown")
         if first:
@@ -424,14 +500,20 @@ class Savers(Executor):
         else:
             self._work.extend(items)
         for _ in items:
-            try:
-                park = self._idle.pop()
-            except IndexError:
-                if len(self._threads) < self.workers:
-                    self._start_thread()
-                    continue
+            if (limited and self._runnable() >= SYNCFS_RUNNABLE) or not self._wake_one():
                 return
-            park.release()
+
+    def _wake_one(self) -> bool:
+        """Wake the latest idle thread, or start one; False if every thread runs already."""
+        try:
+            park = self._idle.pop()
+        except IndexError:
+            if len(self._threads) < self.workers:
+                self._start_thread()
+                return True
+            return False
+        park.release()
+        return True
 
     def _start_thread(self) -> None:
         with self._start_lock:
@@ -440,6 +522,16 @@ class Savers(Executor):
             thread = threading.Thread(target=self._serve, name=f"mq-saver-{len(self._threads)}", daemon=True)
             self._threads.append(thread)
             thread.start()
+
+    def _step_aside(self) -> None:
+        """This saver runs a call or leads a group commit's rounds (``LEADING.hook``), and may wait on the disk until
+        it takes its next item: it stops counting among the savers taking work, and wakes another for the queued
+        work if too few take it."""
+        me = threading.get_ident()
+        if me not in self._aside:
+            self._aside.append(me)
+        if self._work and self._runnable() < SYNCFS_RUNNABLE:
+            self._wake_one()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Let every thread finish the queued work and stop (jobs already queued complete); joined if ``wait``."""
@@ -465,7 +557,11 @@ class Savers(Executor):
     def _serve(self) -> None:
         park = threading.Lock()
         park.acquire()
+        me = threading.get_ident()
+        LEADING.hook = self._step_aside  # leading a group commit's rounds: waiting on the disk, not taking work
         while True:
+            if me in self._aside:  # its last item's call or rounds ended
+                self._aside.remove(me)
             try:
                 item = self._work.popleft()
             except IndexError:
@@ -482,6 +578,7 @@ class Savers(Executor):
                 return
             job, k = item
             if isinstance(job, _Call):
+                self._step_aside()  # it may wait on the disk (a FIFO send's fsyncs)
                 self._call(job)
                 continue
             try:
@@ -548,8 +645,7 @@ class Savers(Executor):
         message; mq-reaper would sweep it from ``new/`` otherwise).
         """
         if job.syncfs_bytes:
-            with self._own_lock:
-                self._own_dirty -= job.syncfs_bytes
+            self.foreign.release(job.syncfs_bytes)
         if error is not None:
             for i, pending in enumerate(job.written):
                 if pending is not None:
@@ -558,7 +654,7 @@ class Savers(Executor):
                     with contextlib.suppress(OSError):
                         os.unlink(pending.path)
         try:
-            self._put([(job, -1)], first=True)  # the leader goes on with the next round
+            self._put([(job, -1)], first=True, limited=self._limited())  # the leader goes on with the next round
         except RuntimeError:  # shut down: no saver takes work any more, publish on this thread
             self._publish(job)
 
@@ -592,7 +688,7 @@ class Savers(Executor):
             and job.here == 0
             and (
                 self.syncfs_always
-                or (self._sent - self._done > self.workers and _small_bodies(job) and self._little_foreign_dirt(job))
+                or (self._sent - self._done > self.workers and _small_bodies(job) and self.foreign.admit(job))
             )
         ):
             job.syncfs = True
@@ -602,33 +698,6 @@ class Savers(Executor):
         ids = self.store.ids.next_ids(count) if count > 1 else [self.store.ids.next_id()]
         job.results = list(ids)
         job.ids = ids  # last: a thread that finds it set reads results and refused without the lock
-
-    def _little_foreign_dirt(self, job: SaveJob) -> bool:
-        """``auto``: whether ``job`` may use ``syncfs``: little dirty data is not mq's (its bytes then count)."""
-        size = _page_bytes(job)
-        dirty = self.dirty.dirty_bytes()
-        now = time.monotonic()
-        limit = self.foreign_dirty_limit // 2 if self._foreign_high else self.foreign_dirty_limit
-        with self._own_lock:
-            foreign = None if dirty is None else dirty - self._own_dirty
-            low = foreign is not None and foreign < limit
-            if not low:
-                self._foreign_until = now + FOREIGN_DIRTY_HOLD_SECONDS
-            elif now < self._foreign_until:
-                return False
-            else:
-                self._own_dirty += size
-                job.syncfs_bytes = size  # taken off again when its round ends (_files_synced)
-        if low == self._foreign_high:  # it changed: say so once
-            self._foreign_high = not low
-            logger.info(
-                "file sync auto: %s; %s",
-                "unknown dirty data" if foreign is None else f"{max(foreign, 0) >> 20} MiB of dirty data not mq's",
-                f"file fsyncs until under {self.foreign_dirty_limit >> 21} MiB for {FOREIGN_DIRTY_HOLD_SECONDS:g} s"
-                if not low
-                else "syncfs rounds again",
-            )
-        return low
 
     def _publish(self, job: SaveJob) -> None:
         """Rename the job's written files into place, in entry order, and leave them with the group commit."""

@@ -179,6 +179,18 @@ class DirSyncer:
 Done = Callable[[OSError | None], None]
 
 
+class _Leading(threading.local):
+    """Per thread: what :func:`join_or_lead` calls when this thread starts leading a group commit's rounds."""
+
+    hook: Callable[[], None] | None = None
+
+
+#: ``LEADING.hook``, set by a thread for itself (None: nothing), is called once each time that thread starts leading
+#: rounds in :func:`join_or_lead` (it then waits on the disk until its call returns): mq's savers stop counting such a
+#: thread among those taking work (daemons/_savers.py).
+LEADING = _Leading()
+
+
 class Gather:
     """When a round that follows another starts (:func:`join_or_lead`): fuller rounds, fewer system calls.
 
@@ -257,6 +269,9 @@ def join_or_lead(
                 gather.left(cond, waiting)
             return
         later[key] = [done]
+    hook = LEADING.hook
+    if hook is not None:
+        hook()
     ended = None
     while True:
         with cond:

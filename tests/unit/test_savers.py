@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from daemons._savers import Savers, syncfs_allowed
+from daemons._savers import SYNCFS_RUNNABLE, Savers, syncfs_allowed
 from mqcore.errors import QueueNotFound
 from mqcore.fsinfo import MountInfo, mount_of
 from mqcore.protocol import SendEntry, Store
@@ -77,6 +77,27 @@ async def test_batches_sent_while_every_saver_is_busy_are_stored_whole_and_in_or
     for entries, ids in zip(batches, results, strict=True):  # each id's file holds its own entry's body
         assert [bodies[message_id] for message_id in ids] == [entry.body for entry in entries]
     assert all(isinstance(result, QueueNotFound) for refused in missing for result in refused)
+
+
+async def test_with_syncfs_rounds_only_a_few_savers_take_work_and_every_send_is_stored(tmp_path):
+    """300 sends handed over at once with ``syncfs`` rounds: woken savers stay few (SYNCFS_RUNNABLE taking work,
+    beside the leaders of the ``syncfs`` and the directory's rounds), and every send is stored."""
+    store = Store(str(tmp_path / "root"))
+    store.create_queue("q")
+    before = saver_threads()
+    savers = Savers(store, workers=8)
+    file_sync_of(savers, "syncfs")
+    try:
+        sends = [savers.send("q", [SendEntry(body=f"m{i}".encode())]) for i in range(300)]
+        results = await asyncio.gather(*sends)
+        started = len(saver_threads() - before)
+    finally:
+        savers.shutdown(wait=True)
+    ids = [result for one in results for result in one]
+    assert all(isinstance(result, str) for result in ids) and len(set(ids)) == 300
+    names = os.listdir(tmp_path / "root" / "queues" / "q")
+    assert {name.partition(".")[0] for name in names if not name.startswith(".")} == set(ids)
+    assert started <= SYNCFS_RUNNABLE + 3 < 8  # not one thread per queued send (+ the leaders, + one in between)
 
 
 def test_syncfs_only_on_a_local_filesystem_and_never_when_told():
