@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -140,12 +141,12 @@ def combiner(siblings: list[str]) -> Callable[[CollectorRegistry], Awaitable[Any
     return combined
 
 
-class GcCollector:
+class GcCollector(GCCollector):
     """The cyclic garbage collector's work in this process, as metric families (every daemon's ``/metrics``).
 
-    ``python_gc_collections_total``, ``python_gc_objects_collected_total`` and
-    ``python_gc_objects_uncollectable_total`` per generation (``gc.get_stats()``: the names of
-    prometheus-client's own ``GCCollector``), ``mq_gc_pause_seconds_total`` per generation (wall time inside
+    prometheus-client's ``GCCollector`` families (``python_gc_collections_total``,
+    ``python_gc_objects_collected_total``, ``python_gc_objects_uncollectable_total`` per generation, from
+    ``gc.get_stats()``), plus ``mq_gc_pause_seconds_total`` per generation (wall time inside
     collections, timed by a ``gc.callbacks`` hook: a collection holds the GIL, so on the loop's thread it is
     a pause of the loop) and ``mq_gc_objects_frozen`` (``gc.get_freeze_count()``: the start-up's objects,
     :func:`daemons._runtime.freeze_start_up`). Two readings of the counters tell whether a bench window held
@@ -154,7 +155,7 @@ class GcCollector:
     One per process (:func:`gc_collector`): the hook is installed once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # not GCCollector's: that would register itself with the default registry
         #: Seconds inside collections so far, per generation (0, 1, 2).
         self.seconds = [0.0, 0.0, 0.0]
         self._started = 0.0
@@ -168,33 +169,21 @@ class GcCollector:
 
     def collect(self) -> Iterator[Metric]:
         """The families, read now."""
-        collections = CounterMetricFamily(
-            "python_gc_collections", "Times this generation was collected.", labels=["generation"]
-        )
-        collected = CounterMetricFamily(
-            "python_gc_objects_collected", "Objects collected during gc.", labels=["generation"]
-        )
-        uncollectable = CounterMetricFamily(
-            "python_gc_objects_uncollectable", "Uncollectable objects found during GC.", labels=["generation"]
-        )
         pauses = CounterMetricFamily(
             "mq_gc_pause_seconds",
             "Seconds spent in the cyclic garbage collector's collections of this generation (the process's "
             "thread that set one off is held meanwhile).",
             labels=["generation"],
         )
-        for generation, stats in enumerate(gc.get_stats()):
-            label = [str(generation)]
-            collections.add_metric(label, stats["collections"])
-            collected.add_metric(label, stats["collected"])
-            uncollectable.add_metric(label, stats["uncollectable"])
-            pauses.add_metric(label, round(self.seconds[generation], 6))
+        for generation, seconds in enumerate(self.seconds):
+            pauses.add_metric([str(generation)], round(seconds, 6))
         frozen = GaugeMetricFamily(
             "mq_gc_objects_frozen",
             "Objects in the garbage collector's permanent generation (frozen after start-up; never walked).",
             value=gc.get_freeze_count(),
         )
-        yield from (collections, collected, uncollectable, pauses, frozen)
+        yield from super().collect()
+        yield from (pauses, frozen)
 
 
 _gc_collector: GcCollector | None = None
