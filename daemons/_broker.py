@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from daemons._fifo_order import keep_group_order
 from daemons._fifo_wakes import FifoWakes
 from daemons._handoff import Handoff
 from daemons._health import Health
@@ -355,6 +356,7 @@ class Broker:
                             pass
                         state = await self.queues.queue_state(queue)
                     index = state.index
+                    rebuilds = index.rebuilds  # FIFO step 4 asks the index what entered it since these pops
                     names: list[str] = []
                     room = wanted - len(out)
                     while len(names) < (FIFO_ROUND_NAMES if fifo else room):  # FIFO: past blocked groups in few rounds
@@ -372,6 +374,7 @@ class Broker:
                             continue
                         break
                     popped = True
+                    relist = not (state.watched and partition is None)  # else step 4 is ours (19.3)
                     lease = (
                         self.store,
                         queue,
@@ -379,6 +382,7 @@ class Broker:
                         request.visibility_timeout_ms,
                         state.policy,
                         room if fifo else None,
+                        relist,
                     )
                     try:  # LoneOps.enter without its coroutine, unless a yield must decide
                         here = self.lone.enter_now()
@@ -402,6 +406,8 @@ class Broker:
                     finally:
                         self.lone.leave()
                     index.update(outcome.untried)
+                    if fifo and not relist:
+                        await keep_group_order(self.queues, self.store, fetcher.thread, queue, state, outcome, rebuilds)
                     held.extend(outcome.held)  # FIFO: their group is in flight; back in the index after this receive
                     if fifo:
                         self.fifo_wakes.note(queue, outcome)  # a due delay or a group freed elsewhere wakes polls

@@ -161,6 +161,8 @@ class QueueStates:
         #: watched queue; any inotify event of its directory, a rescan that changed its index, an overflow or
         #: forgetting the queue takes it out (it is read again at the next scrape).
         self.metrics_current: set[str] = set()
+        #: Inotify overflows whose rescan has not ended: an index may lack ready names (FIFO step 4, protocol 19.3).
+        self.unrepaired = 0
 
     @property
     def checked_stamps(self) -> Mapping[QueueName, tuple[int, int, int] | None]:
@@ -396,7 +398,8 @@ class QueueStates:
         if kind == OVERFLOW:
             self.metrics_current.clear()
             logger.warning("inotify queue overflowed, rescanning every indexed queue")
-            asyncio.get_running_loop().create_task(self.rescan_all())
+            self.unrepaired += 1
+            asyncio.get_running_loop().create_task(self.rescan_all()).add_done_callback(self._repaired)
             return
         self.metrics_current.discard(tag)
         queue = QueueName(tag)
@@ -407,6 +410,9 @@ class QueueStates:
         state = self.fetcher_for(queue).queues.get(queue)
         if state is not None:
             self._apply_to_state(queue, state, name, kind)
+
+    def _repaired(self, _task: asyncio.Task[None]) -> None:
+        self.unrepaired -= 1
 
     def _apply_to_state(self, queue: QueueName, state: QueueState, name: str, kind: int) -> None:
         """One inotify event of ``queue``'s directory. Names starting with "." are metadata, never messages."""

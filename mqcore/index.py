@@ -151,6 +151,8 @@ class ReadyIndex:
         self._stamp = 0
         self._views: dict[tuple[int, int], list[int]] = {}
         """(partition, partitions) -> heap of the ids in that partition (lazy, like ``_heap``)."""
+        self.rebuilds = 0
+        """How many times ``_heap`` was built anew from the present ids (see :meth:`ids_below`)."""
         self.update(names)
 
     def __len__(self) -> int:
@@ -188,8 +190,7 @@ class ReadyIndex:
                     present[mid] = shared if rc == 0 else shared | rc
         self._present = present
         self._count += len(present)
-        self._heap = list(present)
-        heapq.heapify(self._heap)
+        self._rebuild_heap()
         self._views.clear()  # rebuilt from ``_present`` at their next use
 
     def add(self, name: str) -> None:
@@ -203,6 +204,12 @@ class ReadyIndex:
             raise ValueError(f"not a ready file name: {name!r}")
         self._stamp += 1
         self._note(parsed[0], parsed[1], self._stamp << RC_BITS | parsed[1])
+
+    def _rebuild_heap(self) -> None:
+        """Build ``_heap`` anew from the present ids (drops the lazily removed ones; counted in :attr:`rebuilds`)."""
+        self._heap = list(self._present)
+        heapq.heapify(self._heap)
+        self.rebuilds += 1
 
     def _note(self, mid: int, rc: int, value: int) -> None:
         """Index (or renew) the name ``mid.rc`` with the packed ``value`` (its stamp and ``rc``)."""
@@ -261,8 +268,7 @@ class ReadyIndex:
         parsed = _parse(name)  # the id is indexed: the name must be a ready name, checked as before
         gone = parsed is not None and self._forget(*parsed)
         if len(self._heap) > 2 * len(self._present) + 1024:
-            self._heap = list(self._present)
-            heapq.heapify(self._heap)
+            self._rebuild_heap()
         return gone
 
     def _forget(self, mid: int, rc: int) -> bool:
@@ -312,8 +318,7 @@ class ReadyIndex:
         for mid, rc in gone:
             self._forget(mid, rc)
         if len(self._heap) > 2 * len(self._present) + 1024:
-            self._heap = list(self._present)
-            heapq.heapify(self._heap)
+            self._rebuild_heap()
         return [_name(mid, rc) for mid, rc in gone]
 
     def snapshot(self) -> IndexSnapshot:
@@ -351,8 +356,7 @@ class ReadyIndex:
         for mid, rc in gone:
             self._forget(mid, rc)
         if len(self._heap) > 2 * len(present) + 1024:
-            self._heap = list(present)
-            heapq.heapify(self._heap)
+            self._rebuild_heap()
         if diff.new:
             self._stamp += 1
             shared = self._stamp << RC_BITS
@@ -437,6 +441,39 @@ class ReadyIndex:
         mid = _id_int(message_id)
         value = self._present.get(mid)
         return None if value is None else _name(mid, value & _RC_MASK)
+
+    def ids_below(self, message_id: str) -> list[tuple[str, str | None]]:
+        """The ids in the pop order's heap below ``message_id``, oldest first, each with its ready name if indexed.
+
+        A pop in id order (:meth:`pop_oldest`) takes every id below the one it returns off the
+        heap, and removal is lazy, so right after a receive popped past an id, the heap's ids
+        below it are those indexed since: still ready (with their name), or indexed and gone
+        again (name None: a rename into the queue and out of it, both read since). A FIFO
+        receive asks this after its group check (docs/protocol.md 19.3, step 4). A rebuild of the
+        heap (:attr:`rebuilds`) forgets the ids gone again: a caller that needs them compares
+        :attr:`rebuilds` before and after. O(k) for k ids below.
+
+        Args:
+            message_id: A message id (UUIDv7 text).
+        Raises:
+            ValueError: ``message_id`` is not a message id.
+        """
+        if _ID_RE.fullmatch(message_id) is None:
+            raise ValueError(f"not a message id: {message_id!r}")
+        limit, heap, present = _id_int(message_id), self._heap, self._present
+        found: set[int] = set()
+        stack = [0] if heap else []
+        while stack:  # a heap's children are never smaller: descend only below the limit
+            i = stack.pop()
+            if i < len(heap) and heap[i] < limit:
+                found.add(heap[i])
+                stack += (2 * i + 1, 2 * i + 2)
+        out: list[tuple[str, str | None]] = []
+        for mid in sorted(found):
+            value = present.get(mid)
+            name = _name(mid, self._lowest_rc(mid, value) if value is not None else 0)
+            out.append((name[:36], name if value is not None else None))
+        return out
 
     def pop_fuzzed(self, peers: int, rng: random.Random | None = None) -> str | None:
         """Remove and return a name chosen at random among the oldest ``peers + 1``.

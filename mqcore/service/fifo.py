@@ -123,8 +123,7 @@ def sequence_number(message_id: str) -> str:
 
 def _fifo_ids(path: str, message_id: str) -> tuple[str, str] | None:
     """``(group, dedup id)`` of a message (cached by id: immutable), read from the file at ``path``."""
-    with _groups_lock:
-        known = _groups.get(message_id)
+    known = _cached_ids(message_id)
     if known is not None:
         return known
     found = read_fifo_header(path)
@@ -134,6 +133,12 @@ def _fifo_ids(path: str, message_id: str) -> tuple[str, str] | None:
                 _groups.clear()
             _groups[message_id] = found
     return found
+
+
+def _cached_ids(message_id: str) -> tuple[str, str] | None:
+    """``(group, dedup id)`` of ``message_id`` if this process read its header before, else None (no file read)."""
+    with _groups_lock:
+        return _groups.get(message_id)
 
 
 def _in_flight(store: Store, queue: QueueName) -> dict[str, set[MessageId]]:
@@ -208,14 +213,31 @@ class GroupOrder:
         self._taken.setdefault(group, []).append(message)
         return message
 
-    def finish(self) -> None:
-        """After the loop: give back the groups another consumer leased at the same time (:func:`_yield_raced`)."""
-        if self._taken:
-            _yield_raced(self._store, self._queue, self._taken, self._out)
+    def finish(self, *, relist: bool = True) -> None:
+        """After the loop: steps 3 and 4 of docs/protocol.md 19.3 (blocking).
+
+        Step 3 gives back the groups another consumer leased at the same time (:func:`_yield_raced`).
+        Step 4 gives back a kept group with an earlier message ready now (:func:`yield_overtaken`): with
+        ``relist`` from one more listing of the queue (a brokerless client, a shared filesystem); without
+        it the caller does step 4 itself after this call (mq with inotify: from its index).
+        """
+        if not self._taken:
+            return
+        _yield_raced(self._store, self._queue, self._taken, self._out)
+        if relist and self._out.messages:
+            top = max(m.message_id for m in self._out.messages)
+            try:
+                names = self._store.scan_ready(self._queue)
+            except MQError:  # the queue went: nothing is ready before the kept leases
+                return
+            # ids of one form (36 lowercase characters) sort as their values.
+            earlier: list[tuple[str, str | None]] = [(n[:36], n) for n in names if n[:36] < top]
+            if earlier:
+                yield_overtaken(self._store, self._queue, self._out, earlier)
 
 
 def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedMessage]], out: LeaseOutcome) -> None:
-    """Give back the leases of groups another consumer leased at the same time (docs/protocol.md 19.3).
+    """Give back the leases of groups another consumer leased at the same time (docs/protocol.md 19.3, step 3).
 
     The groups of ``taken`` had nothing in flight before this receive. A lease of such a group that
     this receive did not make was made by a concurrent one: this receive ends its own leases of that
@@ -224,15 +246,55 @@ def _yield_raced(store: Store, queue: QueueName, taken: dict[str, list[ReceivedM
     now_in_flight = _in_flight(store, queue)
     for group, messages in taken.items():
         ours = {m.message_id for m in messages}
-        if not now_in_flight.get(group, set()) - ours:
-            continue
-        logger.info("FIFO group raced by another consumer; giving it back queue=%s", queue)
-        for message in messages:
-            try:
-                store.change_visibility(queue, ReceiptHandle.parse(message.receipt_handle, queue), 0)
-            except MQError as exc:  # expired and moved already, or a storage error: it comes back by itself
-                logger.warning("could not give back a raced FIFO lease queue=%s error=%s", queue, exc)
-            out.messages.remove(message)
+        if now_in_flight.get(group, set()) - ours:
+            logger.info("FIFO group raced by another consumer; giving it back queue=%s", queue)
+            _give_back(store, queue, messages, out)
+
+
+def yield_overtaken(
+    store: Store, queue: QueueName, out: LeaseOutcome, earlier: list[tuple[str, str | None]] | None
+) -> None:
+    """Give back the leases of ``out`` whose group has an earlier message ready (docs/protocol.md 19.3, step 4).
+
+    Blocking: a header read for an earlier message whose group is not cached, one rename per
+    lease given back (visibility 0). A lease ``out`` keeps after step 3 may still overtake an
+    earlier message of its group that became ready while the receive ran (another consumer
+    gave it back, or mq-mover returned it at its deadline) and that the receive's names did not
+    hold: its group goes back, and the earlier message is delivered first.
+
+    Args:
+        store: The store.
+        queue: The FIFO queue.
+        out: The receive's outcome; the leases given back leave ``out.messages``.
+        earlier: ``(message id, ready name or None)`` of the messages ready (or ready for a
+            moment) since the receive's names were taken, with ids below a lease it keeps; a name
+            None (or a header that cannot be read) stands for a message of any group. None: the
+            caller cannot tell (an inotify overflow, a rebuilt index): every kept lease goes back.
+    """
+    first: dict[str, str] = {}  # kept group -> its first kept id (ids of one form sort as their values)
+    for message in out.messages:
+        group = message.group_id
+        if group is not None and (group not in first or message.message_id < first[group]):
+            first[group] = message.message_id
+    behind: set[str] = set(first) if earlier is None else set()
+    qdir = store.layout.queue_dir(queue)
+    for message_id, name in earlier or ():
+        found = _fifo_ids(os.path.join(qdir, name), message_id) if name is not None else _cached_ids(message_id)
+        groups = first if found is None else ([found[0]] if found[0] in first else [])
+        behind.update(g for g in groups if message_id < first[g])
+    if behind:
+        logger.info("FIFO group has an earlier message ready again; giving it back queue=%s", queue)
+        _give_back(store, queue, [m for m in out.messages if m.group_id in behind], out)
+
+
+def _give_back(store: Store, queue: QueueName, messages: list[ReceivedMessage], out: LeaseOutcome) -> None:
+    """End ``messages``' leases at once (visibility 0: ready again, receive count kept) and drop them from ``out``."""
+    for message in messages:
+        try:
+            store.change_visibility(queue, ReceiptHandle.parse(message.receipt_handle, queue), 0)
+        except MQError as exc:  # expired and moved already, or a storage error: it comes back by itself
+            logger.warning("could not give back a FIFO lease queue=%s error=%s", queue, exc)
+        out.messages.remove(message)
 
 
 def send_entries(store: Store, queue: QueueName, entries: list[SendEntry]) -> list[MessageId | MQError]:

@@ -91,6 +91,7 @@ def lease_names(
     visibility_timeout_ms: int,
     policy: LeasePolicy,
     wanted: int | None = None,
+    relist: bool = True,
 ) -> LeaseOutcome:
     """Lease the ready ``names`` in order until ``wanted`` are leased; stop at the first storage error.
 
@@ -106,6 +107,8 @@ def lease_names(
         visibility_timeout_ms: The leases' length, ms.
         policy: The queue's :func:`lease_policy`.
         wanted: Stop once this many are leased (None = try every name).
+        relist: A FIFO queue's step 4 (docs/protocol.md 19.3) by one more listing of the queue; False:
+            the caller does it from an index that inotify keeps (mq, :mod:`daemons._fifo_order`).
     """
     out = LeaseOutcome()
     pending = list(names)
@@ -134,7 +137,7 @@ def lease_names(
         if message is not None:
             out.messages.append(message)
     if order is not None:
-        order.finish()
+        order.finish(relist=relist)
     return out
 
 

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -560,6 +561,54 @@ def test_concurrent_consumers_on_two_daemons_never_hold_one_group_twice(
             thread.join()
         assert overlaps == []
         assert seen == {g: list(range(per_group)) for g in groups}  # each group whole, in order, once
+    finally:
+        other.stop()
+
+
+def test_a_message_given_back_on_another_daemon_is_not_overtaken_by_a_later_one_of_its_group(
+    stack: Any, sqs: Any, module_daemons: Any
+) -> None:
+    """docs/protocol.md 19.3, step 4 (a group delivered 0, 2, 1 once in CI before it).
+
+    Daemon B leases message 0 and daemon A's index drops it. B gives it back while A is stopped
+    (SIGSTOP), so its arrival waits in A's inotify queue, as within one of A's 5-ms windows. A's
+    next receive pops message 1 first and leases it (nothing of the group is in flight); step 4 must
+    give it back and deliver message 0 first.
+    """
+    other = module_daemons.start("mq", "--root", stack.root, "--port", "0")
+    try:
+        url = new_fifo(sqs)
+        b = client(other.url)
+        b_url = b.get_queue_url(QueueName=url.rsplit("/", 1)[1])["QueueUrl"]
+        for i in range(3):
+            sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g", MessageDeduplicationId=f"d{i}")
+        (held,) = receive_until(b, b_url)
+        assert held["Body"] == "m0"
+
+        def ready_on_a() -> str:
+            attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+            return str(attrs["Attributes"]["ApproximateNumberOfMessages"])
+
+        deadline = time.monotonic() + 10
+        while ready_on_a() != "2" and time.monotonic() < deadline:  # A has read message 0's departure
+            time.sleep(0.02)
+        assert ready_on_a() == "2"
+        got: list[list[dict[str, Any]]] = []
+        os.kill(stack.mq.pid, signal.SIGSTOP)
+        try:
+            b.change_message_visibility(QueueUrl=b_url, ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=0)
+            asker = threading.Thread(target=lambda: got.append(receive(sqs, url, 1)))
+            asker.start()
+            time.sleep(0.3)  # the request waits in A's socket beside the inotify event
+        finally:
+            os.kill(stack.mq.pid, signal.SIGCONT)
+        asker.join(30)
+        assert [m["Body"] for m in got[0]] == ["m0"]
+        order = [got[0][0]]
+        while len(order) < 3:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=order[-1]["ReceiptHandle"])
+            order += receive_until(sqs, url)
+        assert [m["Body"] for m in order] == ["m0", "m1", "m2"]
     finally:
         other.stop()
 

@@ -22,6 +22,7 @@ from mqcore.attributes import QueueAttributes
 from mqcore.errors import InvalidQueueName, InvalidRequest, StorageUnavailable
 from mqcore.names import (
     QueueName,
+    ReceiptHandle,
     check_queue_name,
     in_flight_name,
     is_fifo_queue,
@@ -302,6 +303,46 @@ def test_a_receive_that_raced_another_for_a_group_gives_its_lease_back(store: St
     fifo._yield_raced(store, Q, {"g": [ours]}, outcome)
     assert outcome.messages == []  # given back: visible again at once
     assert [n.split(".")[0] for n in store.scan_ready(Q)] == [ours.message_id]
+
+
+def test_a_receive_whose_names_missed_an_earlier_message_given_back_meanwhile_gives_its_group_back(
+    store: Store, tmp_path: Path
+) -> None:
+    # docs/protocol.md 19.3, step 4: this receive listed the queue while another consumer held m1;
+    # that consumer gave m1 back before this receive's step 1, so steps 1-3 see nothing of the group in flight.
+    for i in range(3):
+        fifo.send_entries(store, Q, [SendEntry(f"m{i + 1}".encode(), group_id="g", dedup_id=str(i))])
+    other = Store(tmp_path / "root")  # a second process on the root
+    policy = lease_policy(store_attrs(), None)
+    first, *later = sorted(store.scan_ready(Q))
+    theirs = other.lease(Q, first, 30_000, policy=policy)
+    assert theirs is not None
+    other.change_visibility(Q, ReceiptHandle.parse(theirs.receipt_handle, Q), 0)  # ready again, after our listing
+    without = lease_names(store, Q, later, 30_000, policy, 1, relist=False)  # step 4 left to an index
+    assert [m.body for m in without.messages] == [b"m2"]  # overtakes m1: what step 4 exists for
+    store.change_visibility(Q, ReceiptHandle.parse(without.messages[0].receipt_handle, Q), 0)
+    stale = sorted(n for n in store.scan_ready(Q) if n[:36] != theirs.message_id)  # m2 and m3, not m1
+    outcome = lease_names(store, Q, stale, 30_000, policy, 1)
+    assert outcome.messages == []  # m2 went back: m1 is ready before it
+    got = lease_names(store, Q, sorted(store.scan_ready(Q)), 30_000, policy, 1)
+    assert [m.body for m in got.messages] == [b"m1"]
+
+
+def test_step_4_counts_a_message_of_unknown_group_as_one_of_any_group(store: Store) -> None:
+    fifo.send_entries(store, Q, [SendEntry(b"a", group_id="A", dedup_id="1")])
+    fifo.send_entries(store, Q, [SendEntry(b"b", group_id="B", dedup_id="2")])
+    fifo.send_entries(store, Q, [SendEntry(b"c", group_id="C", dedup_id="3")])
+    policy = lease_policy(store_attrs(), None)
+    a, b, c = sorted(store.scan_ready(Q))
+    kept = lease_names(store, Q, [b, c], 30_000, policy, relist=False)
+    assert [m.group_id for m in kept.messages] == ["B", "C"]
+    fifo.yield_overtaken(store, Q, kept, [(b[:36], None)])  # b itself: not below B's first lease
+    assert [m.group_id for m in kept.messages] == ["B", "C"]
+    fifo.yield_overtaken(store, Q, kept, [(a[:36], a)])  # group A: neither B nor C
+    assert [m.group_id for m in kept.messages] == ["B", "C"]
+    fifo.yield_overtaken(store, Q, kept, [("00000000-0000-7000-8000-000000000000", None)])  # gone, group unknown
+    assert kept.messages == []
+    assert sorted(n[:36] for n in store.scan_ready(Q)) == sorted(n[:36] for n in (a, b, c))
 
 
 def test_deduplication_per_message_group_names_its_records_by_group_and_id(store: Store) -> None:

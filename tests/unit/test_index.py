@@ -167,6 +167,50 @@ def test_a_redelivered_message_keeps_its_place_at_the_head() -> None:
     assert index.pop_oldest() == ready_name(first, 2)
 
 
+def test_ids_below_are_the_ids_indexed_since_a_pop_went_past_them() -> None:
+    gen = IdGenerator()
+    ids = [gen.next_id() for _ in range(6)]
+    index = ReadyIndex([ready_name(mid, 0) for mid in ids[1:]])
+    assert index.pop_oldest() == ready_name(ids[1], 0)
+    assert index.pop_oldest() == ready_name(ids[2], 0)
+    assert index.ids_below(ids[3]) == []  # what the pops went past is off the heap
+    index.add(ready_name(ids[0], 1))  # given back elsewhere: ready again
+    index.add(ready_name(ids[2], 3))
+    index.discard(ready_name(ids[2], 3))  # indexed and gone again: id known, name not
+    assert index.ids_below(ids[3]) == [(ids[0], ready_name(ids[0], 1)), (ids[2], None)]
+    assert index.ids_below(ids[1]) == [(ids[0], ready_name(ids[0], 1))]
+    with pytest.raises(ValueError, match="not a message id"):
+        index.ids_below("nope")
+
+
+@given(st.lists(st.tuples(st.booleans(), names), max_size=40), st.integers(0, 23))
+def test_ids_below_holds_every_id_indexed_since_the_pops_unless_the_heap_was_rebuilt(
+    ops: list[tuple[bool, str]], cut: int
+) -> None:
+    limit = sorted(POOL_IDS)[cut]
+    index = ReadyIndex(POOL_NAMES)
+    while (top := index.peek_oldest()) is not None and top[:36] < limit:
+        index.pop_oldest()
+    rebuilds, added = index.rebuilds, set()
+    for add, name in ops:
+        if add:
+            if name[:36] not in {n[:36] for n in _present_names(index)}:
+                added.add(name[:36])
+            index.add(name)
+        else:
+            index.discard(name)
+    found = index.ids_below(limit)
+    assert [mid for mid, _ in found] == sorted({mid for mid, _ in found})
+    for mid, name in found:
+        assert name == (index.name_for(mid) and min(n for n in _present_names(index) if n[:36] == mid))
+    if index.rebuilds == rebuilds:
+        assert {mid for mid, _ in found} == {mid for mid in added if mid < limit}
+
+
+def _present_names(index: ReadyIndex) -> list[str]:
+    return [n for n in POOL_NAMES if n in index]
+
+
 def test_discarding_most_names_keeps_the_rest_in_order() -> None:
     """Discard every count of names around the point where the heap is compacted; nothing is lost."""
     gen = IdGenerator()
