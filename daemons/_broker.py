@@ -383,6 +383,7 @@ class Broker:
                         state.policy,
                         room if fifo else None,
                         relist,
+                        tuple(held) if fifo else (),  # an earlier round's: their groups stay blocked (19.3)
                     )
                     try:  # LoneOps.enter without its coroutine, unless a yield must decide
                         here = self.lone.enter_now()

@@ -30,6 +30,7 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import replace
 
 from mqcore.errors import InvalidRequest, MQError, QueueNotFound
@@ -170,17 +171,24 @@ class GroupOrder:
         queue: The FIFO queue.
         policy: The queue's :func:`mqcore.service.receive.lease_policy`.
         out: The outcome being built (its ``delay_stamp``, ``group_blocked`` and ``next_due_ms`` are set here).
+        held: Ready names an earlier round of the same receive set aside: their groups are blocked too.
     """
 
     __slots__ = ("_blocked", "_due_before", "_found", "_out", "_qdir", "_queue", "_queue_delay_ms", "_store", "_taken")
 
-    def __init__(self, store: Store, queue: QueueName, policy: LeasePolicy, out: LeaseOutcome) -> None:
+    def __init__(
+        self, store: Store, queue: QueueName, policy: LeasePolicy, out: LeaseOutcome, held: Iterable[str] = ()
+    ) -> None:
         with contextlib.suppress(OSError):
             out.delay_stamp = dir_stamp(store.layout.delay)  # before the listing: a later change is seen
         self._store, self._queue, self._out = store, queue, out
         self._blocked = set(_in_flight(store, queue))
         self._taken: dict[str, list[ReceivedMessage]] = {}
         self._qdir = store.layout.queue_dir(queue)
+        for name in held:  # set aside by an earlier round: still ready, so their groups wait (cached headers)
+            found = _fifo_ids(os.path.join(self._qdir, name), name[:36])
+            if found is not None:
+                self._blocked.add(found[0])
         self._queue_delay_ms = policy.queue_delay_ms
         self._due_before = store.clock() - policy.queue_delay_ms if policy.queue_delay_ms else None
         #: (group, deduplication id) of the name :meth:`wait` let through last, or None.

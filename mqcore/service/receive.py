@@ -92,6 +92,7 @@ def lease_names(
     policy: LeasePolicy,
     wanted: int | None = None,
     relist: bool = True,
+    held: Iterable[str] = (),
 ) -> LeaseOutcome:
     """Lease the ready ``names`` in order until ``wanted`` are leased; stop at the first storage error.
 
@@ -109,6 +110,8 @@ def lease_names(
         wanted: Stop once this many are leased (None = try every name).
         relist: A FIFO queue's step 4 (docs/protocol.md 19.3) by one more listing of the queue; False:
             the caller does it from an index that inotify keeps (mq, :mod:`daemons._fifo_order`).
+        held: Ready names an earlier round of the same receive set aside (FIFO: their group was in
+            flight); their groups stay blocked here (19.3 step 2), so no later message overtakes them.
     """
     out = LeaseOutcome()
     pending = list(names)
@@ -116,7 +119,7 @@ def lease_names(
     if is_fifo_queue(queue):  # message groups (docs/protocol.md 19.3); a string test for other queues
         from mqcore.service.fifo import GroupOrder
 
-        order = GroupOrder(store, queue, policy, out)
+        order = GroupOrder(store, queue, policy, out, held)
     for i, name in enumerate(pending):
         if wanted is not None and len(out.messages) >= wanted:
             out.untried = pending[i:]

@@ -328,6 +328,19 @@ def test_a_receive_whose_names_missed_an_earlier_message_given_back_meanwhile_gi
     assert [m.body for m in got.messages] == [b"m1"]
 
 
+def test_a_name_an_earlier_round_set_aside_keeps_its_group_blocked(store: Store) -> None:
+    # docs/protocol.md 19.3 step 2: round 1 set m1 aside (its group was in flight); the group is free
+    # by round 2, which found only m2 new in the index: leasing m2 would overtake m1.
+    fifo.send_entries(store, Q, [SendEntry(b"m1", group_id="g", dedup_id="1")])
+    fifo.send_entries(store, Q, [SendEntry(b"m2", group_id="g", dedup_id="2")])
+    fifo.send_entries(store, Q, [SendEntry(b"x", group_id="h", dedup_id="3")])
+    policy = lease_policy(store_attrs(), None)
+    m1, m2, x = sorted(store.scan_ready(Q))
+    outcome = lease_names(store, Q, [m2, x], 30_000, policy, held=[m1])
+    assert [m.body for m in outcome.messages] == [b"x"]
+    assert outcome.held == [m2] and outcome.group_blocked
+
+
 def test_step_4_counts_a_message_of_unknown_group_as_one_of_any_group(store: Store) -> None:
     fifo.send_entries(store, Q, [SendEntry(b"a", group_id="A", dedup_id="1")])
     fifo.send_entries(store, Q, [SendEntry(b"b", group_id="B", dedup_id="2")])
