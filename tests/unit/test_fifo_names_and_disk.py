@@ -305,16 +305,21 @@ def test_a_receive_that_raced_another_for_a_group_gives_its_lease_back(store: St
     assert [n.split(".")[0] for n in store.scan_ready(Q)] == [ours.message_id]
 
 
+def send_one_by_one(store: Store, messages: list[tuple[bytes, str]]) -> list[str]:
+    """Send ``(body, group)`` pairs to Q in order (deduplication ids 0, 1, ...); their ready names in that order."""
+    for i, (body, group) in enumerate(messages):
+        fifo.send_entries(store, Q, [SendEntry(body, group_id=group, dedup_id=str(i))])
+    return sorted(store.scan_ready(Q))
+
+
 def test_a_receive_whose_names_missed_an_earlier_message_given_back_meanwhile_gives_its_group_back(
     store: Store, tmp_path: Path
 ) -> None:
     # docs/protocol.md 19.3, step 4: this receive listed the queue while another consumer held m1;
     # that consumer gave m1 back before this receive's step 1, so steps 1-3 see nothing of the group in flight.
-    for i in range(3):
-        fifo.send_entries(store, Q, [SendEntry(f"m{i + 1}".encode(), group_id="g", dedup_id=str(i))])
+    first, *later = send_one_by_one(store, [(b"m1", "g"), (b"m2", "g"), (b"m3", "g")])
     other = Store(tmp_path / "root")  # a second process on the root
     policy = lease_policy(store_attrs(), None)
-    first, *later = sorted(store.scan_ready(Q))
     theirs = other.lease(Q, first, 30_000, policy=policy)
     assert theirs is not None
     other.change_visibility(Q, ReceiptHandle.parse(theirs.receipt_handle, Q), 0)  # ready again, after our listing
@@ -331,22 +336,16 @@ def test_a_receive_whose_names_missed_an_earlier_message_given_back_meanwhile_gi
 def test_a_name_an_earlier_round_set_aside_keeps_its_group_blocked(store: Store) -> None:
     # docs/protocol.md 19.3 step 2: round 1 set m1 aside (its group was in flight); the group is free
     # by round 2, which found only m2 new in the index: leasing m2 would overtake m1.
-    fifo.send_entries(store, Q, [SendEntry(b"m1", group_id="g", dedup_id="1")])
-    fifo.send_entries(store, Q, [SendEntry(b"m2", group_id="g", dedup_id="2")])
-    fifo.send_entries(store, Q, [SendEntry(b"x", group_id="h", dedup_id="3")])
+    m1, m2, x = send_one_by_one(store, [(b"m1", "g"), (b"m2", "g"), (b"x", "h")])
     policy = lease_policy(store_attrs(), None)
-    m1, m2, x = sorted(store.scan_ready(Q))
     outcome = lease_names(store, Q, [m2, x], 30_000, policy, held=[m1])
     assert [m.body for m in outcome.messages] == [b"x"]
     assert outcome.held == [m2] and outcome.group_blocked
 
 
 def test_step_4_counts_a_message_of_unknown_group_as_one_of_any_group(store: Store) -> None:
-    fifo.send_entries(store, Q, [SendEntry(b"a", group_id="A", dedup_id="1")])
-    fifo.send_entries(store, Q, [SendEntry(b"b", group_id="B", dedup_id="2")])
-    fifo.send_entries(store, Q, [SendEntry(b"c", group_id="C", dedup_id="3")])
+    a, b, c = send_one_by_one(store, [(b"a", "A"), (b"b", "B"), (b"c", "C")])
     policy = lease_policy(store_attrs(), None)
-    a, b, c = sorted(store.scan_ready(Q))
     kept = lease_names(store, Q, [b, c], 30_000, policy, relist=False)
     assert [m.group_id for m in kept.messages] == ["B", "C"]
     fifo.yield_overtaken(store, Q, kept, [(b[:36], None)])  # b itself: not below B's first lease
