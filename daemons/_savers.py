@@ -149,7 +149,6 @@ class SaveJob:
     __slots__ = (
         "bounds",
         "entries",
-        "found",
         "future",
         "here",
         "ids",
@@ -196,9 +195,6 @@ class SaveJob:
         #: The thread writing the job itself (:meth:`Savers.send_here`), whose own finish sets the future
         #: directly; 0: a saver's job, always handed back through the loop's delivery.
         self.here = 0
-        #: The caller found the queue (its state loaded for the request): no ``stat`` of it before the
-        #: writes; a queue deleted since is found by the renames (QueueNotFound, the files unlinked).
-        self.found = False
 
 
 class ForeignDirt:
@@ -348,25 +344,18 @@ class Savers(Executor):
 
     # -- event loop ------------------------------------------------------------
 
-    def send(self, queue: QueueName, entries: list[SendEntry], *, found: bool = False) -> asyncio.Future[Results]:
+    def send(self, queue: QueueName, entries: list[SendEntry]) -> asyncio.Future[Results]:
         """Start storing ``entries`` in ``queue`` (loop thread); the future gets each entry's id or error.
 
         Takes no lock and makes no system call once the threads run (see
         ``__init__``). An entry's error is a :class:`~mqcore.errors.QueueNotFound`
-        (no such queue: nothing of it written; with ``found``, its files written and unlinked) or a
+        (no such queue: nothing of it written) or a
         :class:`~mqcore.errors.StorageUnavailable` (a step failed).
 
-        Args:
-            queue: The queue.
-            entries: The messages, checked by the caller.
-            found: The caller found the queue (its state loaded for this request): the saver skips
-                its ``stat`` (one system call, one GIL hand-off per job), as the lone send does
-                (docs/protocol.md 6.2); a queue deleted since is found by the renames.
         Raises:
             RuntimeError: The pool was shut down.
         """
         job = SaveJob(queue, entries, self._bound_loop().create_future())
-        job.found = found
         self._sent += 1
         limited = self._limited()
         if len(entries) > 1 and self._free(limited) > 1:  # a part per file: the files' fsyncs overlap on free savers
@@ -677,7 +666,7 @@ class Savers(Executor):
         """
         refused: MQError | None = None
         try:
-            if not job.found and not self.store.queue_exists(job.queue):
+            if not self.store.queue_exists(job.queue):
                 refused = QueueNotFound(f"queue {job.queue!r} does not exist", queue=job.queue)
         except MQError as exc:  # the stat failed: whether the queue exists is unknown
             refused = exc

@@ -120,11 +120,7 @@ class Sender:
                 if here is None:
                     here = await lone.settle()
                 try:  # alone: written on the loop thread (daemons/_inline.py), else by a saver
-                    if here:
-                        saving = self.savers.send_here(queue, [entry])
-                    else:  # the queue was found above: the saver makes no stat of it
-                        saving = self.savers.send(queue, [entry], found=True)
-                    result = (await saving)[0]
+                    result = (await (self.savers.send_here if here else self.savers.send)(queue, [entry]))[0]
                 finally:
                     lone.leave()
                 if isinstance(result, MQError):
@@ -208,7 +204,7 @@ class Sender:
         """
         if is_fifo_queue(queue):  # in order, with deduplication (docs/protocol.md 19)
             return await self.savers.run(fifo.send_entries, self.broker.store, queue, entries)
-        results = await self.savers.send(queue, entries, found=True)  # queue_state found it
+        results = await self.savers.send(queue, entries)
         if all(isinstance(result, QueueNotFound) for result in results):
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
         return results

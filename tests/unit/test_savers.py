@@ -100,28 +100,6 @@ async def test_with_syncfs_rounds_only_a_few_savers_take_work_and_every_send_is_
     assert started <= SYNCFS_RUNNABLE + 3 < 8  # not one thread per queued send (+ the leaders, + one in between)
 
 
-@pytest.mark.parametrize("mode", ["fsync", "syncfs"])
-async def test_a_queue_found_by_the_caller_is_not_stat_ed_and_one_deleted_since_is_found_by_the_rename(tmp_path, mode):
-    """``send(found=True)`` (the daemon's sends: the queue's state was loaded for the request) skips the saver's
-    ``stat``; a queue deleted since gets QueueNotFound for every entry, its files unlinked from ``new/`` (6.2)."""
-    store = Store(str(tmp_path / "root"))
-    store.create_queue("q")
-    store.create_queue("gone")
-    store.delete_queue("gone")
-    savers = Savers(store, workers=2)
-    file_sync_of(savers, mode)
-    try:
-        stored = await savers.send("q", [SendEntry(body=b"a")], found=True)
-        single = await savers.send("gone", [SendEntry(body=b"x")], found=True)
-        batch = await savers.send("gone", [SendEntry(body=b"y", delay_ms=d) for d in (0, 5000, 0)], found=True)
-    finally:
-        savers.shutdown(wait=True)
-    assert isinstance(stored[0], str) and [p.body for p in store.peek_ids("q", stored)] == [b"a"]
-    assert all(isinstance(result, QueueNotFound) for result in single + batch)
-    assert os.listdir(tmp_path / "root" / "new") == []  # written, then unlinked when the rename found no queue
-    assert os.listdir(tmp_path / "root" / "delay") == []
-
-
 def test_syncfs_only_on_a_local_filesystem_and_never_when_told():
     ext4 = MountInfo("/dev/vda", "/", "ext4")
     assert syncfs_allowed("auto", ext4) and syncfs_allowed("syncfs", ext4)
