@@ -239,6 +239,7 @@ class Broker:
 
         (in_flight, delayed), redrive = await self.run_in(self.savers, read)
         self.queues.catch_up()  # what other processes did before the listing, not a window later
+        await self.queues.recheck(queue)  # shared filesystem: other hosts' changes since the last change check
         return queue_stats(
             queue,
             ready=len(state.index),
@@ -340,7 +341,7 @@ class Broker:
         queue, wanted, partition = request.queue, request.max_messages, request.partition
         fetcher = self.queues.fetcher_for(queue)
         out: dict[str, ReceivedMessage] = {}
-        popped = caught_up = False
+        popped = caught_up = rechecked = False
         held: list[str] = []
         fifo = is_fifo_queue(queue)
         if fifo:  # one receive of a FIFO queue at a time here: its group check and its leases go together (19.3)
@@ -370,6 +371,10 @@ class Broker:
                         if not out and not caught_up and self.queues.catch_up():
                             caught_up = True  # events held back by the inotify window may add ready names
                             continue
+                        if not out and not rechecked and self.queues.change_check_seconds:
+                            rechecked = True  # shared filesystem: another host's send since the last change check?
+                            if await self.queues.recheck(queue):
+                                continue
                         break
                     popped = True
                     lease = (
@@ -420,8 +425,6 @@ class Broker:
         if not out and check_exists and not await self._queue_exists_now(fetcher.thread, queue):
             self.queues.forget_queue(queue)
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        if not out and self.queues.change_check_seconds:  # shared filesystem: a consumer polls it, check it closely
-            self.queues.turns.asked(queue, asyncio.get_running_loop().time())
         messages = list(out.values())
         self.leases.memory.received(*messages)
         self.counts.add("received", queue, len(messages))
