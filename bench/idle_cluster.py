@@ -85,10 +85,16 @@ def take(port: int, queue: str) -> int:
     return status
 
 
+#: The checkout whose daemons run: ``python -m`` puts its working directory first on ``sys.path``, before
+#: ``PYTHONPATH``, so the daemons start there.
+CODE = os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parent.parent)
+
+
 def start(module: str, args: list[str], log: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
     return subprocess.Popen(
         [sys.executable, "-m", f"daemons.{module}", *args],
+        cwd=CODE,
         stdout=open(log, "wb"),
         stderr=subprocess.STDOUT,
         env=env,
@@ -113,7 +119,16 @@ def main() -> None:
         list(pool.map(lambda q: store.create_queue(QueueName(q)), names))
     ports = [args.port + h for h in range(3)]
     procs: list[subprocess.Popen[bytes]] = []
-    out: dict[str, Any] = {"queues": args.queues, "pythonpath": os.environ.get("PYTHONPATH", ""), "stack": args.stack}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
+    code = subprocess.run(
+        [sys.executable, "-c", "import daemons._turns as t; print(t.__file__)"],
+        cwd=CODE,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    out: dict[str, Any] = {"queues": args.queues, "daemons": code, "stack": args.stack}
     try:
         for h, root in enumerate(roots):
             procs.append(
