@@ -31,7 +31,7 @@ from daemons._inline import LoneOps, inline_allowed
 from daemons._leases import Leases
 from daemons._metrics import BrokerMetrics
 from daemons._queue_list import QueueNames
-from daemons._queues import Meta, QueueState, QueueStates
+from daemons._queues import Meta, QueueState, QueueStates, recheck
 from daemons._redrive import RedriveRunner
 from daemons._savers import Savers
 from daemons._send import Sender
@@ -239,7 +239,7 @@ class Broker:
 
         (in_flight, delayed), redrive = await self.run_in(self.savers, read)
         self.queues.catch_up()  # what other processes did before the listing, not a window later
-        await self.queues.recheck(queue)  # shared filesystem: other hosts' changes since the last change check
+        await recheck(self.queues, queue)  # shared filesystem: other hosts' changes since the last change check
         return queue_stats(
             queue,
             ready=len(state.index),
@@ -373,7 +373,7 @@ class Broker:
                             continue
                         if not out and not rechecked and self.queues.change_check_seconds:
                             rechecked = True  # shared filesystem: another host's send since the last change check?
-                            if await self.queues.recheck(queue):
+                            if await recheck(self.queues, queue):
                                 continue
                         break
                     popped = True
