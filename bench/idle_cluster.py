@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import http.client
 import json
 import os
 import random
@@ -37,6 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script (python bench/idle_cluster.py), as the other benches allow
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cluster import stop
+from bench.shared_checks import request, take
 from mqcore.names import QueueName
 from mqcore.protocol import Store
 
@@ -66,23 +70,6 @@ def gluster_pids(state: str) -> list[int]:
         if "gluster" in cmd.split(" ", 1)[0] and f"{state}/" in cmd:
             out.append(int(pid))
     return out
-
-
-def request(port: int, method: str, path: str, timeout: float = 60) -> tuple[int, bytes, dict[str, str]]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, body=b"x" if method == "POST" else None)
-        resp = conn.getresponse()
-        return resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()}
-    finally:
-        conn.close()
-
-
-def take(port: int, queue: str) -> int:
-    status, _, headers = request(port, "GET", f"/{queue}/messages")
-    if status == 200:
-        request(port, "DELETE", f"/{queue}/messages/{headers['x-message-id']}")
-    return status
 
 
 #: The checkout whose daemons run: ``python -m`` puts its working directory first on ``sys.path``, before
@@ -224,13 +211,7 @@ def main() -> None:
         }
     finally:
         print(json.dumps(out), flush=True)  # what was measured, even if a step failed
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
 
 
 if __name__ == "__main__":
