@@ -29,7 +29,7 @@ CHANGE_CHECK_BATCH = 10
 #: Longest gap (s) between two change checks of a queue nobody waits on whose checks keep finding nothing (its gap
 #: doubles from one tick at each such check; a change brings it back to one tick). Each idle indexed queue costs
 #: a ``stat`` per this many seconds per host (docs/cluster.md).
-QUIET_CHECK_SECONDS = 2.0
+QUIET_CHECK_SECONDS = 8.0
 
 
 class CheckTurns:
