@@ -54,8 +54,10 @@ class CheckTurns:
         self._gap: dict[QueueName, float] = {}
         self._due: dict[QueueName, float] = {}
         self._heap: list[tuple[float, QueueName]] = []
-        #: Loop time each queue's stamp was last checked (by a tick or :meth:`checking`).
+        #: Loop time each queue's stamp was last checked (by a tick whose checks are done, or :meth:`checking`).
         self._checked: dict[QueueName, float] = {}
+        #: The last tick's loop time and queues: their checks (and rescans) are done when the next tick picks.
+        self._last: tuple[float, list[QueueName]] = (0.0, [])
         #: Loop time at which the indexed queues are next looked up (new ones join the turns).
         self._lookup_at = float("-inf")
         #: The periodic rescan's turn, 0 to FULL_RESCAN_TURNS - 1 (:meth:`next_relist`).
@@ -82,6 +84,10 @@ class CheckTurns:
             indexed: Returns every indexed queue (called at most every :data:`QUIET_CHECK_SECONDS`: a queue
                 indexed since joins the turns, due at once; one no longer indexed leaves them).
         """
+        at, last = self._last
+        for queue in last:
+            if queue in self._due:  # still indexed
+                self._checked[queue] = at
         chosen = dict.fromkeys(waited)
         chosen.update(dict.fromkeys(self._changed))
         self._changed.clear()
@@ -101,9 +107,8 @@ class CheckTurns:
                 chosen[queue] = None
                 taken += 1
             self._schedule(queue, min(max(2 * self._gap[queue], self._tick), QUIET_CHECK_SECONDS), now)
-        for queue in chosen:
-            self._checked[queue] = now
-        return list(chosen)
+        self._last = (now, list(chosen))
+        return self._last[1]
 
     def changed(self, queue: QueueName, now: float) -> None:
         """A check found ``queue``'s directory changed at loop time ``now``: check it at the next tick, and its
@@ -113,7 +118,9 @@ class CheckTurns:
             self._schedule(queue, self._tick, now)
 
     def checked_within(self, queue: QueueName, now: float) -> bool:
-        """Whether ``queue``'s stamp was checked less than one tick before loop time ``now``."""
+        """Whether a check of ``queue``'s stamp started less than one tick before loop time ``now``: by
+        :meth:`checking`, or by a tick whose checks are done (the next tick picked since: while a tick's
+        ``stat`` or listing is under way, a receive checks the queue itself rather than miss what it finds)."""
         return now - self._checked.get(queue, float("-inf")) < self._tick
 
     def checking(self, queue: QueueName, now: float) -> None:

@@ -62,7 +62,10 @@ def test_a_busy_queue_is_checked_at_every_tick_and_a_forgotten_one_never() -> No
 def test_a_stamp_checked_outside_the_ticks_counts_for_one_tick() -> None:
     turns = CheckTurns(TICK)
     queue = QUEUES[3]
-    assert not turns.checked_within(queue, 10.0)
+    assert queue in turns.pick(0.0, [queue], lambda: [queue])
+    assert not turns.checked_within(queue, TICK / 2)  # the tick's check may still be under way
+    turns.pick(TICK / 2, [], lambda: [queue])  # the next tick: that check is done
+    assert turns.checked_within(queue, TICK / 2) and not turns.checked_within(queue, TICK)
     turns.checking(queue, 10.0)
     assert turns.checked_within(queue, 10.0 + TICK / 2)
     assert not turns.checked_within(queue, 10.0 + TICK)
