@@ -9,7 +9,7 @@ queues on three hosts kept GlusterFS at 84 % of a core (stop 26; docs/performanc
 checks at every tick only the queues someone waits on or whose last check found a change; a queue
 whose checks find nothing backs off, its gap doubling up to :data:`QUIET_CHECK_SECONDS`, at most
 :data:`CHANGE_CHECK_BATCH` such checks a tick. A receive that finds a queue empty checks its stamp
-itself (``QueueStates.recheck``), so a consumer never waits for a quiet queue's turn.
+itself (``daemons._queues.recheck``), so a consumer never waits for a quiet queue's turn.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class CheckTurns:
         return now - self._checked.get(queue, float("-inf")) < self._tick
 
     def checking(self, queue: QueueName, now: float) -> None:
-        """``queue``'s stamp is checked at loop time ``now`` outside the ticks (``QueueStates.recheck``)."""
+        """``queue``'s stamp is checked at loop time ``now`` outside the ticks (``daemons._queues.recheck``)."""
         self._checked[queue] = now
 
     def forget(self, queue: QueueName) -> None:
