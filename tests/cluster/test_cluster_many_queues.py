@@ -23,7 +23,7 @@ import pytest
 from conftest import Gluster, Host, start_hosts
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemons._turns import CHANGE_CHECK_BATCH, QUIET_CHECK_SECONDS
+from daemons._turns import CHANGE_CHECK_BATCH
 from mqcore.names import QueueName
 from mqcore.protocol import Store
 from tests.conftest import Daemons
