@@ -32,7 +32,7 @@ from daemons._inline import LoneOps, inline_allowed
 from daemons._leases import Leases
 from daemons._metrics import BrokerMetrics
 from daemons._queue_list import QueueNames
-from daemons._queues import Meta, QueueState, QueueStates
+from daemons._queues import Meta, QueueState, QueueStates, recheck
 from daemons._redrive import RedriveRunner
 from daemons._savers import Savers
 from daemons._send import Sender
@@ -240,6 +240,7 @@ class Broker:
 
         (in_flight, delayed), redrive = await self.run_in(self.savers, read)
         self.queues.catch_up()  # what other processes did before the listing, not a window later
+        await recheck(self.queues, queue)  # shared filesystem: other hosts' changes since the last change check
         return queue_stats(
             queue,
             ready=len(state.index),
@@ -341,7 +342,7 @@ class Broker:
         queue, wanted, partition = request.queue, request.max_messages, request.partition
         fetcher = self.queues.fetcher_for(queue)
         out: dict[str, ReceivedMessage] = {}
-        popped = caught_up = False
+        popped = caught_up = rechecked = False
         held: list[str] = []
         fifo = is_fifo_queue(queue)
         if fifo:  # one receive of a FIFO queue at a time here: its group check and its leases go together (19.3)
@@ -372,6 +373,10 @@ class Broker:
                         if not out and not caught_up and self.queues.catch_up():
                             caught_up = True  # events held back by the inotify window may add ready names
                             continue
+                        if not out and not rechecked and self.queues.change_check_seconds:
+                            rechecked = True  # shared filesystem: another host's send since the last change check?
+                            if await recheck(self.queues, queue):
+                                continue
                         break
                     popped = True
                     relist = not (state.watched and partition is None)  # else step 4 is ours (19.3)
@@ -427,8 +432,6 @@ class Broker:
         if not out and check_exists and not await self._queue_exists_now(fetcher.thread, queue):
             self.queues.forget_queue(queue)
             raise QueueNotFound(f"queue {queue!r} does not exist", queue=queue)
-        if not out and self.queues.change_check_seconds:  # shared filesystem: a consumer polls it, check it closely
-            self.queues.turns.asked(queue, asyncio.get_running_loop().time())
         messages = list(out.values())
         self.leases.memory.received(*messages)
         self.counts.add("received", queue, len(messages))

@@ -152,7 +152,7 @@ class QueueStates:
         self.change_check_seconds = CHANGE_CHECK_SECONDS if self.mount is not None and self.mount.shared else 0.0
         self._stamps: dict[QueueName, tuple[int, int, int] | None] = {}
         #: Which queues each change check looks at (a shared filesystem).
-        self.turns = CheckTurns()
+        self.turns = CheckTurns(CHANGE_CHECK_SECONDS)
         #: The end of the current inotify window (None: the loop waits for the descriptor).
         self._window: asyncio.TimerHandle | None = None
         #: The ready names this daemon's sends publish into watched queues (daemons/_own.py).
@@ -558,14 +558,13 @@ class QueueStates:
         picked = self.turns.pick(
             now, [*self.arrivals, *self.room], lambda: [q for fetcher in self.fetchers for q in fetcher.queues]
         )
-        fetchers = [(self.fetcher_for(queue), queue) for queue in picked]
-        await self._check([(f, queue, False) for f, queue in fetchers if queue in f.queues], None, hot=now)
+        await self._check([(f, q, False) for q in picked if q in (f := self.fetcher_for(q)).queues], None, hot=now)
 
-    async def _check(self, indexed: list[tuple[Fetcher, QueueName, bool]], due: Due, *, hot: float = 0.0) -> None:
+    async def _check(self, indexed: list[tuple[Fetcher, QueueName, bool]], due: Due, *, hot: float = 0.0) -> int:
         """Rescan those of ``indexed`` (fetcher, queue, trust its watch) that are ``due`` or whose directory stamp
-        changed; with ``hot`` (the loop time, > 0), note the latter as changed then (:meth:`check_tick`)."""
+        changed (how many: returned); with ``hot`` (the loop time, > 0), note the latter as changed then."""
         if not indexed:
-            return
+            return 0
 
         def changed() -> list[int]:
             out = []
@@ -584,11 +583,12 @@ class QueueStates:
                     out.append(i)
             return out
 
-        for i in await self._in(self.savers, changed):
+        for i in (rescanned := await self._in(self.savers, changed)):
             fetcher, queue, _ = indexed[i]
             if hot:
                 self.turns.changed(queue, hot)
             await self._rescan_queue(fetcher, queue)
+        return len(rescanned)
 
     async def _rescan_queue(self, fetcher: Fetcher, queue: QueueName) -> None:
         listed = fetcher.queues.get(queue)
@@ -626,6 +626,23 @@ class QueueStates:
         if len(state.index) > before:
             logger.info("rescan found queue=%s new=%d", queue, len(state.index) - before)
             self.fire(self.arrivals, queue)
+
+
+async def recheck(states: QueueStates, queue: QueueName) -> bool:
+    """A receive found ``queue`` empty (or ``GET /{queue}`` counts it) on a shared filesystem: check its stamp now,
+    unless a check did less than a tick ago, and rescan it if it changed. True if it was rescanned.
+
+    The ticks check a queue nobody waits on only every :data:`daemons._turns.QUIET_CHECK_SECONDS` once its
+    checks find nothing; this check makes a short poll find another host's send as soon as a long poll would
+    (one ``stat``, docs/cluster.md). At most one a tick per queue: a tight poll loop costs no more ``stat`` s
+    than a long poll's ticks. (A function, not a method: QueueStates is at its size limit.)
+    """
+    now = asyncio.get_running_loop().time()
+    fetcher = states.fetcher_for(queue)
+    if not states.change_check_seconds or queue not in fetcher.queues or states.turns.checked_within(queue, now):
+        return False
+    states.turns.checking(queue, now)
+    return await states._check([(fetcher, queue, False)], None, hot=now) > 0
 
 
 def _pause_for_the_gil() -> None:
