@@ -157,12 +157,10 @@ class QueueStates:
         self._window: asyncio.TimerHandle | None = None
         #: The ready names this daemon's sends publish into watched queues (daemons/_own.py).
         self.own = OwnNames()
-        #: Queues whose ``GET /metrics`` row (daemons/_scrape.py) is current: added by a scrape that read an indexed,
-        #: watched queue; any inotify event of its directory, a rescan that changed its index, an overflow or
-        #: forgetting the queue takes it out (it is read again at the next scrape).
+        #: Queues whose ``GET /metrics`` row (daemons/_scrape.py) is current (a scrape read the indexed, watched
+        #: queue); any inotify event of its directory, a changing rescan, an overflow or forgetting it takes it out.
         self.metrics_current: set[str] = set()
-        #: Inotify overflows whose rescan has not ended: an index may lack ready names (FIFO step 4, protocol 19.3).
-        self.unrepaired = 0
+        self.unrepaired = 0  #: Inotify overflows not yet rescanned (:func:`_rescan_after_overflow`).
 
     @property
     def checked_stamps(self) -> Mapping[QueueName, tuple[int, int, int] | None]:
@@ -398,8 +396,7 @@ class QueueStates:
         if kind == OVERFLOW:
             self.metrics_current.clear()
             logger.warning("inotify queue overflowed, rescanning every indexed queue")
-            self.unrepaired += 1
-            asyncio.get_running_loop().create_task(self.rescan_all()).add_done_callback(self._repaired)
+            _rescan_after_overflow(self)
             return
         self.metrics_current.discard(tag)
         queue = QueueName(tag)
@@ -410,9 +407,6 @@ class QueueStates:
         state = self.fetcher_for(queue).queues.get(queue)
         if state is not None:
             self._apply_to_state(queue, state, name, kind)
-
-    def _repaired(self, _task: asyncio.Task[None]) -> None:
-        self.unrepaired -= 1
 
     def _apply_to_state(self, queue: QueueName, state: QueueState, name: str, kind: int) -> None:
         """One inotify event of ``queue``'s directory. Names starting with "." are metadata, never messages."""
@@ -643,6 +637,20 @@ async def recheck(states: QueueStates, queue: QueueName) -> bool:
         return False
     states.turns.checking(queue, now)
     return await states._check([(fetcher, queue, False)], None, hot=now) > 0
+
+
+def _rescan_after_overflow(states: QueueStates) -> None:
+    """Start :meth:`QueueStates.rescan_all` after an inotify overflow, counted in ``states.unrepaired`` until it ends.
+
+    While that is above 0 an index may lack ready names whose events were lost, so a FIFO receive's step 4
+    (docs/protocol.md 19.3, :mod:`daemons._fifo_order`) trusts no index.
+    """
+
+    def repaired(_task: asyncio.Task[None]) -> None:
+        states.unrepaired -= 1
+
+    states.unrepaired += 1
+    asyncio.get_running_loop().create_task(states.rescan_all()).add_done_callback(repaired)
 
 
 def _pause_for_the_gil() -> None:
