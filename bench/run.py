@@ -777,7 +777,6 @@ class Bench:
         res: dict[str, Any] = {}
         for clients in self.cfg.send_clients:
             log(f"sends: {clients} client(s) for {self.cfg.duration_s:g} s")
-            synced = settle_writeback() if clients == 1 else None
             before = self._fsync_rounds()
             meter = self._meter()
             run = self.wrk.run(
@@ -794,7 +793,6 @@ class Bench:
                 "statuses": run.statuses(),
                 "socket_errors": run.errors,
                 "cpu": cpu,
-                "sync_before_s": synced,
                 "sends_per_round": {
                     kind: round(run.counts.get("sent", 0) / (rounds[kind] - before[kind]), 1)
                     for kind in rounds
@@ -1279,20 +1277,6 @@ def _per_second(samples: list[tuple[float, int]]) -> list[int]:
 CANARY_ITERATIONS = 20_000
 
 
-def settle_writeback() -> float:
-    """Write the machine's dirty pages back (``sync``) before a lone writer's latency window; returns its seconds.
-
-    On this project's VM disk (ext4 without a journal) every durable send leaves dirty metadata behind
-    that the kernel's flusher writes back 30 s later (``dirty_expire_centisecs``), in bursts of 10-30 MB
-    every few seconds; an fsync that meets one waits 25-60 ms. Without this the 1-client sends (bar 5's
-    numerator), which follow the bench's heaviest steps, met those bursts and the 1-thread disk loop
-    (its denominator), first in a run, mostly did not (docs/performance.md, "A lone send's tail", stop 27).
-    """
-    t0 = time.monotonic()
-    os.sync()
-    return round(time.monotonic() - t0, 3)
-
-
 def cpu_canary_ms() -> float:
     """Thread CPU time (ms) of a fixed piece of pure-Python work, the median of three runs.
 
@@ -1728,12 +1712,10 @@ def main(argv: list[str] | None = None) -> int:
         dl: dict[str, Any] = {}
         for threads in sorted({1, cfg.disk_threads}) if "disk" in steps else ():
             log(f"disk loop: {threads} thread(s) for {cfg.duration_s:g} s in {disk_dir}")
-            synced = settle_writeback() if threads == 1 else None
             meter = CpuMeter({})
             # keep_files: its files go with the root after the run, not between the steps it measures.
             dl[f"threads_{threads}"] = disk_loop(disk_dir, threads=threads, duration_s=cfg.duration_s, keep_files=True)
             dl[f"threads_{threads}"]["cpu"] = meter.stop()
-            dl[f"threads_{threads}"]["sync_before_s"] = synced
             log(f"  {dl[f'threads_{threads}']['msgs_per_s']} msgs/s")
         if dl:
             result["disk_loop"] = dl
