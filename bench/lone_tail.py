@@ -35,10 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_DIR))
 
-from bench.disk_loop import disk_loop
-from bench.run import MARKER, Api, Daemons
+from bench.disk_loop import disk_loop  # noqa: E402
+from bench.run import MARKER, Api, Daemons  # noqa: E402
 
 TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 QUEUE = "lone-tail"
@@ -263,39 +264,31 @@ def perf_events(path: Path, t0: int, result: dict[str, Any]) -> None:
 
 
 LOOP = r"""
-import array, gc, os, sys, time
+import array, gc, sys, threading, time
 gc.disable()
-directory, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-new_dir, queue_dir = os.path.join(directory, "new"), os.path.join(directory, "queues", "diskloop")
-os.makedirs(new_dir, exist_ok=True)
-os.makedirs(queue_dir, exist_ok=True)
-body = os.urandom(1024)
-dfd = os.open(queue_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-starts, ends = array.array("q"), array.array("q")
-now = time.monotonic_ns
-stop = now() + int(seconds * 1e9)
-n = 0
-while True:
-    t0 = now()
-    if t0 >= stop:
-        break
-    name = f"{os.getpid()}-{n:010d}.0"
-    src = os.path.join(new_dir, name)
-    fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(src, os.path.join(queue_dir, name))
-    os.fsync(dfd)
-    ends.append(now())
-    starts.append(t0)
-    n += 1
-with open(out, "wb") as fh:
-    fh.write(len(starts).to_bytes(8, "little"))
-    starts.tofile(fh)
-    ends.tofile(fh)
+sys.path.insert(0, sys.argv[4])
+from bench import disk_loop as dl
+
+class Clock:
+    # bench.disk_loop's own loop, untouched: its worker thread reads time.perf_counter() (CLOCK_MONOTONIC)
+    # right before and right after each message, so those readings are each message's start and end.
+    stamps = array.array("q")
+    def perf_counter(self):
+        t = time.perf_counter()
+        if threading.current_thread().name.startswith("disk-loop"):
+            self.stamps.append(int(t * 1e9))
+        return t
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+clock = Clock()
+dl.time = clock
+dl.disk_loop(sys.argv[1], threads=1, duration_s=float(sys.argv[2]), keep_files=True)
+stamps = clock.stamps[: len(clock.stamps) // 2 * 2]
+with open(sys.argv[3], "wb") as fh:
+    fh.write((len(stamps) // 2).to_bytes(8, "little"))
+    stamps[0::2].tofile(fh)
+    stamps[1::2].tofile(fh)
 """
 
 
@@ -326,7 +319,9 @@ def run_phase(kind: str, args: argparse.Namespace, url: str, pids: dict[str, int
     client: subprocess.Popen[Any]
     if kind == "loop":
         loop_dir = args.root / "diskloop" / tag
-        client = subprocess.Popen([sys.executable, "-c", LOOP, str(loop_dir), str(args.seconds), str(out_bin)])
+        client = subprocess.Popen(
+            [sys.executable, "-c", LOOP, str(loop_dir), str(args.seconds), str(out_bin), str(REPO_DIR)]
+        )
         watched = client.pid
     elif args.client == "python":
         client = subprocess.Popen([sys.executable, "-c", CLIENT, host, port, str(args.seconds), str(out_bin)])
