@@ -107,16 +107,29 @@ def _meminfo(text: bytes) -> tuple[int, int]:
     return dirty, wb
 
 
+def _second_thread(pid: int, timeout_s: float = 5.0) -> int:
+    """The id of the first thread ``pid`` starts besides its main one (the disk loop's worker)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        if len(tids) > 1:
+            return tids[1]
+        time.sleep(0.001)
+    raise SystemExit(f"process {pid} started no thread")
+
+
 def sample(
-    watched: int, pids: dict[str, int], client: subprocess.Popen[Any], every_s: float, dev: bytes
+    watched: tuple[int, int], pids: dict[str, int], client: subprocess.Popen[Any], every_s: float, dev: bytes
 ) -> list[tuple[Any, ...]]:
     """Sample until ``client`` exits; rows of (t_ns, state, wchan, run_ns, wait_ns, mq, mover, reaper cpu ns,
-    machine (busy, iowait, steal) ticks, disk (writes, in flight, io ms), (dirty, writeback) kB)."""
-    mq = watched
+    machine (busy, iowait, steal) ticks, disk (writes, in flight, io ms), (dirty, writeback) kB).
+
+    ``watched``: (pid, thread id) of the thread whose state and schedstat are read."""
+    pid, tid = watched
     st, wchan, sched = (
-        Proc(f"/proc/{mq}/task/{mq}/stat"),
-        Proc(f"/proc/{mq}/task/{mq}/wchan"),
-        Proc(f"/proc/{mq}/task/{mq}/schedstat"),
+        Proc(f"/proc/{pid}/task/{tid}/stat"),
+        Proc(f"/proc/{pid}/task/{tid}/wchan"),
+        Proc(f"/proc/{pid}/task/{tid}/schedstat"),
     )
     pstat = {name: Proc(f"/proc/{pid}/stat") for name, pid in pids.items()}
     machine, disk, mem = Proc("/proc/stat"), Proc("/proc/diskstats"), Proc("/proc/meminfo")
@@ -322,10 +335,10 @@ def run_phase(kind: str, args: argparse.Namespace, url: str, pids: dict[str, int
         client = subprocess.Popen(
             [sys.executable, "-c", LOOP, str(loop_dir), str(args.seconds), str(out_bin), str(REPO_DIR)]
         )
-        watched = client.pid
+        watched = (client.pid, _second_thread(client.pid))
     elif args.client == "python":
         client = subprocess.Popen([sys.executable, "-c", CLIENT, host, port, str(args.seconds), str(out_bin)])
-        watched = pids["mq"]
+        watched = (pids["mq"], pids["mq"])
     else:
         env = dict(os.environ, MQB_QUEUE=QUEUE, MQB_SLOW_US=str(int(args.slow_ms * 1000)), MQB_THREADS="1")
         client = subprocess.Popen(
@@ -335,7 +348,7 @@ def run_phase(kind: str, args: argparse.Namespace, url: str, pids: dict[str, int
             text=True,
             env=env,
         )
-        watched = pids["mq"]
+        watched = (pids["mq"], pids["mq"])
     rows = sample(watched, pids, client, args.sample_ms / 1000, args.device.encode())
     out, err = client.communicate()
     if client.returncode != 0:
