@@ -139,10 +139,13 @@ def sample(
     n = 0
     while client.poll() is None:
         t = time.monotonic_ns()
-        s = st.read()
-        state = s.rsplit(b")", 1)[1].split()[0].decode()
-        w = wchan.read().decode() if state != "R" else ""
-        run_ns, wait_ns = (int(x) for x in sched.read().split()[:2])
+        try:
+            s = st.read()
+            state = s.rsplit(b")", 1)[1].split()[0].decode()
+            w = wchan.read().decode() if state != "R" else ""
+            run_ns, wait_ns = (int(x) for x in sched.read().split()[:2])
+        except ProcessLookupError:  # the watched thread ended (the disk loop's worker, its window over)
+            break
         cpus = tuple(_cpu_ns(p.read()) for p in pstat.values())
         m = [int(x) for x in machine.read().split(b"\n", 1)[0].split()[1:9]]
         busy = m[0] + m[1] + m[2] + m[5] + m[6]
