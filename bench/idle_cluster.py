@@ -40,21 +40,9 @@ if __package__ in (None, ""):  # run as a script (python bench/idle_cluster.py),
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cluster import stop
-from bench.shared_checks import request, take
+from bench.shared_checks import cpu_s, request, take
 from mqcore.names import QueueName
 from mqcore.protocol import Store
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def gluster_pids(state: str) -> list[int]:
