@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a script (python bench/idle_cluster.py),
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cluster import stop
+from bench.run import mq_tree
 from bench.shared_checks import cpu_s, request, take
 from mqcore.names import QueueName
 from mqcore.protocol import Store
@@ -60,9 +61,9 @@ def gluster_pids(state: str) -> list[int]:
     return out
 
 
-#: The checkout whose daemons run: ``python -m`` puts its working directory first on ``sys.path``, before
-#: ``PYTHONPATH``, so the daemons start there.
-CODE = os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parent.parent)
+#: The checkout whose daemons run (:func:`bench.run.mq_tree`): ``python -m`` puts its working directory first on
+#: ``sys.path``, before ``PYTHONPATH``, so the daemons start there.
+CODE = str(mq_tree())
 
 
 def start(module: str, args: list[str], log: str) -> subprocess.Popen[bytes]:

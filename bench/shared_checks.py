@@ -11,8 +11,10 @@ measures, for one mq on ``--root`` (a root inside one FUSE mount of a volume) an
 - the delay from another host's send until ``GET /{queue}`` counts it on a queue nobody waits on;
 - ``GET /metrics``: latency and mq's CPU per scrape.
 
-The code under test is whatever ``daemons`` the interpreter imports: run it once with ``PYTHONPATH``
-pointing at the base's checkout and once without, alternating (docs/performance.md).
+The code under test is the tree :func:`bench.run.mq_tree` picks (the first ``PYTHONPATH`` entry holding
+``daemons/front.py``, else this checkout; mq runs there, since ``python -m`` puts its working directory
+before ``PYTHONPATH``): run it once with ``PYTHONPATH`` pointing at the base's checkout and once without,
+alternating (docs/performance.md).
 
 Usage::
 
@@ -35,6 +37,7 @@ import threading
 import time
 from typing import Any
 
+from bench.run import mq_tree
 from mqcore.names import QueueName
 from mqcore.protocol import Store
 
@@ -116,6 +119,7 @@ def main() -> None:
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
+        cwd=mq_tree(env.get("PYTHONPATH", "")),  # ``-m`` puts the cwd before PYTHONPATH: run the tree asked for
     )
     out: dict[str, Any] = {"queues": args.queues, "pythonpath": env.get("PYTHONPATH", ""), "mq_args": args.mq_arg}
     try:
