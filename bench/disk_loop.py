@@ -231,6 +231,115 @@ def _prefill_ready(queue_dir: Path, count: int, body: bytes) -> list[str]:
     return names
 
 
+class ReceiveDeleteDir:
+    """A directory prefilled once for several windows of the receive+delete loop (issue 12 bar 3).
+
+    bench/run.py alternates the loop's windows with mq's (:mod:`bench.windows`): the prefill is
+    written once, before the first window, and each :meth:`window` takes the next files from it.
+    Each thread takes the next ready file (oldest first) from one list shared by all, and per
+    file: ``open`` it read-only, ``rename`` it into ``delay/``, ``read`` it to the end through
+    the descriptor, ``close``, ``rename`` it into ``remove/``, ``fsync`` ``remove/`` (one
+    directory fsync per message, no group commit) and ``unlink`` it: the system calls of mq's
+    receive (docs/protocol.md 6.3) and delete (6.5) plus mq-reaper's unlink (6.7).
+
+    Args:
+        directory: Working directory (created if missing); the loop uses a fresh ``run-<hex>/`` in it.
+        prefill: Ready files written first (no fsync each, one ``sync()`` after).
+        body_bytes: Bytes per file.
+        queue: Name of the queue directory.
+
+    Raises:
+        OSError: The prefill failed (e.g. disk full).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        prefill: int = DEFAULT_RECEIVE_PREFILL,
+        body_bytes: int = BODY_BYTES,
+        queue: str = "diskloop",
+    ) -> None:
+        self.directory, self.prefill, self.body_bytes = directory, prefill, body_bytes
+        self.run_dir = Path(directory) / f"run-{uuid.uuid4().hex[:12]}"
+        queue_dir = self.run_dir / "queues" / queue
+        delay_dir, remove_dir = self.run_dir / "delay", self.run_dir / "remove"
+        for d in (queue_dir, delay_dir, remove_dir):
+            d.mkdir(parents=True)
+        self.qdir, self.ddir, self.rdir = str(queue_dir), str(delay_dir), str(remove_dir)
+        t_fill = time.perf_counter()
+        try:
+            # One list for all threads: list iterators hand out each item once, even across threads
+            # (under the GIL), so no two threads take the same file and none runs dry before the rest.
+            self._names = iter(_prefill_ready(queue_dir, prefill, os.urandom(body_bytes)))
+        except BaseException:
+            self.remove()
+            raise
+        #: Seconds the prefill took (writes and the ``sync()``).
+        self.prefill_s = time.perf_counter() - t_fill
+        #: Files taken by the windows so far.
+        self.taken = 0
+
+    def _one(self, index: int, n: int, dfd: int) -> bool:
+        name = next(self._names, None)
+        if name is None:
+            return False
+        ready = os.path.join(self.qdir, name)
+        in_flight, removed = os.path.join(self.ddir, name), os.path.join(self.rdir, name)
+        fd = os.open(ready, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.rename(ready, in_flight)
+            while os.read(fd, 65536):
+                pass
+        finally:
+            os.close(fd)
+        os.rename(in_flight, removed)
+        os.fsync(dfd)
+        os.unlink(removed)
+        return True
+
+    def window(self, threads: int, duration_s: float) -> dict[str, object]:
+        """Run the loop on ``threads`` threads for ``duration_s`` seconds (less if the prefill runs out).
+
+        Returns:
+            ``{"threads", "duration_s", "messages", "msgs_per_s", "mb_per_s", "latency_ms":
+            {"p50", "p99", "max"}, "cpu_ms_per_msg", "prefill", "prefill_s", "left_before",
+            "exhausted", "body_bytes", "directory"}``; ``left_before``: ready files when the window began.
+
+        Raises:
+            OSError: A system call failed; all threads stop.
+            ValueError: ``threads`` < 1 or ``duration_s`` <= 0.
+        """
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if duration_s <= 0:
+            raise ValueError(f"duration_s must be > 0, got {duration_s}")
+        left = self.prefill - self.taken
+        messages, elapsed, latencies, exhausted, cpu_s = _run_threads(
+            threads, duration_s, self.rdir, self._one, "rd-loop"
+        )
+        self.taken += sum(len(per_thread) for per_thread in latencies)
+        return {
+            "threads": threads,
+            "duration_s": round(elapsed, 3),
+            "messages": messages,
+            "msgs_per_s": round(messages / elapsed, 1) if elapsed else 0.0,
+            "mb_per_s": round(messages * self.body_bytes / elapsed / 1e6, 2) if elapsed else 0.0,
+            "latency_ms": _latency_ms(latencies),
+            "cpu_ms_per_msg": round(cpu_s * 1000 / messages, 3) if messages else None,
+            "prefill": self.prefill,
+            "prefill_s": round(self.prefill_s, 2),
+            "left_before": left,
+            "exhausted": exhausted,
+            "body_bytes": self.body_bytes,
+            "directory": str(Path(self.directory).resolve()),
+        }
+
+    def remove(self) -> None:
+        """Delete the directory and what is left in it."""
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
 def receive_delete_loop(
     directory: str | os.PathLike[str],
     *,
@@ -240,14 +349,10 @@ def receive_delete_loop(
     body_bytes: int = BODY_BYTES,
     queue: str = "diskloop",
 ) -> dict[str, object]:
-    """Run the receive+delete loop (issue 12, bar 3) on a prefilled directory and return its rate.
+    """Run the receive+delete loop (issue 12, bar 3) once on a prefilled directory and return its rate.
 
-    Each thread takes the next ready file (oldest first) from one list
-    shared by all, and per file: ``open`` it read-only, ``rename`` it into ``delay/``, ``read``
-    it to the end through the descriptor, ``close``, ``rename`` it into
-    ``remove/``, ``fsync`` ``remove/`` (one directory fsync per message, no
-    group commit) and ``unlink`` it: the system calls of mq's receive
-    (docs/protocol.md 6.3) and delete (6.5) plus mq-reaper's unlink (6.7).
+    One window of :class:`ReceiveDeleteDir` (which says what the loop does per file), on a
+    directory prefilled for it and removed afterwards.
 
     Args:
         directory: Working directory (created if missing); the run uses a
@@ -261,9 +366,7 @@ def receive_delete_loop(
         queue: Name of the queue directory.
 
     Returns:
-        ``{"threads", "duration_s", "messages", "msgs_per_s", "mb_per_s",
-        "latency_ms": {"p50", "p99", "max"}, "prefill", "prefill_s",
-        "exhausted", "body_bytes", "directory"}``.
+        :meth:`ReceiveDeleteDir.window`'s row.
 
     Raises:
         OSError: A system call failed; all threads stop.
@@ -275,55 +378,11 @@ def receive_delete_loop(
         raise ValueError(f"duration_s must be > 0, got {duration_s}")
     if prefill < threads:
         raise ValueError(f"prefill must be >= threads ({threads}), got {prefill}")
-    run_dir = Path(directory) / f"run-{uuid.uuid4().hex[:12]}"
-    queue_dir, delay_dir, remove_dir = run_dir / "queues" / queue, run_dir / "delay", run_dir / "remove"
-    for d in (queue_dir, delay_dir, remove_dir):
-        d.mkdir(parents=True)
-    prefill_s = 0.0
+    loop = ReceiveDeleteDir(directory, prefill=prefill, body_bytes=body_bytes, queue=queue)
     try:
-        t_fill = time.perf_counter()
-        # One list for all threads: list iterators hand out each item once, even across threads
-        # (under the GIL), so no two threads take the same file and none runs dry before the rest.
-        ready_names = iter(_prefill_ready(queue_dir, prefill, os.urandom(body_bytes)))
-        prefill_s = time.perf_counter() - t_fill
-        qdir, ddir, rdir = str(queue_dir), str(delay_dir), str(remove_dir)
-
-        def one_receive_delete(index: int, n: int, dfd: int) -> bool:
-            name = next(ready_names, None)
-            if name is None:
-                return False
-            ready, in_flight, removed = os.path.join(qdir, name), os.path.join(ddir, name), os.path.join(rdir, name)
-            fd = os.open(ready, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.rename(ready, in_flight)
-                while os.read(fd, 65536):
-                    pass
-            finally:
-                os.close(fd)
-            os.rename(in_flight, removed)
-            os.fsync(dfd)
-            os.unlink(removed)
-            return True
-
-        messages, elapsed, latencies, exhausted, cpu_s = _run_threads(
-            threads, duration_s, rdir, one_receive_delete, "rd-loop"
-        )
+        return loop.window(threads, duration_s)
     finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return {
-        "threads": threads,
-        "duration_s": round(elapsed, 3),
-        "messages": messages,
-        "msgs_per_s": round(messages / elapsed, 1) if elapsed else 0.0,
-        "mb_per_s": round(messages * body_bytes / elapsed / 1e6, 2) if elapsed else 0.0,
-        "latency_ms": _latency_ms(latencies),
-        "cpu_ms_per_msg": round(cpu_s * 1000 / messages, 3) if messages else None,
-        "prefill": prefill,
-        "prefill_s": round(prefill_s, 2),
-        "exhausted": exhausted,
-        "body_bytes": body_bytes,
-        "directory": str(Path(directory).resolve()),
-    }
+        loop.remove()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,10 +7,19 @@ comes from wrk (Debian package ``wrk``) driven by the Lua scripts in
 ``bench/lua/``; every body is 1 KiB (1024 bytes). Measured, in this order:
 
 1. the disk's own rate for the durable-send steps (``bench/disk_loop.py``) at
-   1 and 64 threads, in a directory next to the mq root;
+   1 and 64 threads, in a directory next to the mq root, in windows
+   alternated with those of step 2 (below);
 2. durable sends/s with p50/p99 latency at 1, 16 and 64 concurrent clients;
 3. receive+delete cycles/s at 1 and 16 clients (GET, then DELETE of the
    received id on the same connection);
+
+Every figure compared with a disk loop (sends at 1 and 64 clients, receive+delete
+at 1 and 16, the large bodies) is measured in ``--rounds`` (3) rounds of one
+loop window and one mq window of ``--window`` (5) seconds, the order inside a
+round alternating (loop mq | mq loop | loop mq), and its bar is the median of
+the per-round ratios (:mod:`bench.windows`; issue 12: "median of at least
+three alternating rounds"). The sends at 16 clients and the steps with no
+disk loop beside them run one ``--duration`` window.
 4. send->receive->delete cycles/s at one client on a queue held at 100
    messages, then on one held at 100,000 (``--depth``), prefilled with wrk POSTs;
 5. the drain of that deep queue to empty with receive+delete at 16 clients,
@@ -88,9 +97,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bars import BAR_DRAIN_MIN_OVER_MAX_TENTH, issue12_bars
-from bench.disk_loop import disk_loop, receive_delete_loop
+from bench.disk_loop import ReceiveDeleteDir, disk_loop, receive_delete_loop
 from bench.prefill import fill
 from bench.scale import BIG_QUEUE, Scale
+from bench.windows import DEFAULT_ROUNDS, alternate, paired, summary_row
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -773,37 +783,37 @@ class Bench:
         return cpu
 
     def sends(self) -> dict[str, Any]:
-        """Durable sends/s and latency at each client count (wrk POST, 2 threads at most)."""
-        res: dict[str, Any] = {}
-        for clients in self.cfg.send_clients:
-            log(f"sends: {clients} client(s) for {self.cfg.duration_s:g} s")
-            before = self._fsync_rounds()
-            meter = self._meter()
-            run = self.wrk.run(
-                "post.lua", clients=clients, threads=2, queue=self.q["send"], duration_s=self.cfg.duration_s
-            )
-            cpu = self._cpu(meter, run.counts.get("sent", 0))
-            rounds = self._fsync_rounds()
-            self._alive()
-            res[f"clients_{clients}"] = {
-                "sends_per_s": round(run.rate("sent"), 1),
-                "latency_ms": run.latency_ms(),
-                "sent": run.counts.get("sent", 0),
-                "duration_s": round(run.duration_s, 3),
-                "statuses": run.statuses(),
-                "socket_errors": run.errors,
-                "cpu": cpu,
-                "sends_per_round": {
-                    kind: round(run.counts.get("sent", 0) / (rounds[kind] - before[kind]), 1)
-                    for kind in rounds
-                    if rounds[kind] > before.get(kind, 0)
-                },
-            }
-            log(
-                f"  {res[f'clients_{clients}']['sends_per_s']} sends/s, p50 {run.latency_ms()['p50']} ms, "
-                f"p99 {run.latency_ms()['p99']} ms, sends per round {res[f'clients_{clients}']['sends_per_round']}"
-            )
-        return res
+        """Durable sends/s and latency at each client count (wrk POST, 2 threads at most), one window each."""
+        return {f"clients_{n}": self.send_window(n, self.cfg.duration_s) for n in self.cfg.send_clients}
+
+    def send_window(self, clients: int, duration_s: float) -> dict[str, Any]:
+        """One window of durable sends at ``clients`` connections (whole seconds); its JSON row."""
+        log(f"sends: {clients} client(s) for {duration_s:g} s")
+        before = self._fsync_rounds()
+        meter = self._meter()
+        run = self.wrk.run("post.lua", clients=clients, threads=2, queue=self.q["send"], duration_s=duration_s)
+        cpu = self._cpu(meter, run.counts.get("sent", 0))
+        rounds = self._fsync_rounds()
+        self._alive()
+        row = {
+            "sends_per_s": round(run.rate("sent"), 1),
+            "latency_ms": run.latency_ms(),
+            "sent": run.counts.get("sent", 0),
+            "duration_s": round(run.duration_s, 3),
+            "statuses": run.statuses(),
+            "socket_errors": run.errors,
+            "cpu": cpu,
+            "sends_per_round": {
+                kind: round(run.counts.get("sent", 0) / (rounds[kind] - before[kind]), 1)
+                for kind in rounds
+                if rounds[kind] > before.get(kind, 0)
+            },
+        }
+        log(
+            f"  {row['sends_per_s']} sends/s, p50 {run.latency_ms()['p50']} ms, "
+            f"p99 {run.latency_ms()['p99']} ms, sends per round {row['sends_per_round']}"
+        )
+        return row
 
     def _fsync_rounds(self) -> dict[str, float]:
         """mq's fsync counts so far by kind (``file``, ``directory``, ``syncfs``: one a round), from ``GET /metrics``.
@@ -986,50 +996,63 @@ class Bench:
         log(f"  prefill {what} done: {depth:,} ready in {seconds:.1f} s ({(depth - have) / seconds:,.0f}/s)")
         return {"queue_depth": depth, "added": depth - have, "seconds": round(seconds, 1)}
 
-    def receive_delete(self, sends: dict[str, Any]) -> dict[str, Any]:
-        """Receive+delete cycles/s at each client count, from the queue the sends filled.
+    def receive_need(self, sends: dict[str, Any], clients: int, duration_s: float) -> int:
+        """Ready messages a receive+delete window of ``duration_s`` at ``clients`` cannot run dry on.
 
-        The queue is topped up first so it cannot run dry: to twice what the
-        sends managed at the same concurrency over the step, at least 2,000.
-        If it still ran dry (204s), it is topped up to three times what was
-        consumed and the step is run once more.
+        Twice what the sends managed at the same concurrency or more (``sends``: the send step's
+        rows) over the window, at least 2,000.
         """
-        res: dict[str, Any] = {}
-        queue = self.q["send"]
-        for clients in self.cfg.recv_clients:
-            ref = max((v["sends_per_s"] for k, v in sends.items() if int(k.split("_")[1]) >= clients), default=1000)
-            need = max(2000, int(2 * ref * self.cfg.duration_s) + 500)
-            for attempt in (1, 2):
-                self.prefill(queue, need, what=f"receive+delete at {clients}")
-                log(f"receive+delete: {clients} client(s) for {self.cfg.duration_s:g} s")
-                meter = self._meter()
-                run = self.wrk.run(
-                    "recv_delete.lua", clients=clients, threads=None, queue=queue, duration_s=self.cfg.duration_s
-                )
-                cpu = self._cpu(meter, run.counts.get("cycles", 0))
-                self._alive()
-                empty = run.counts.get("empty", 0)
-                if empty == 0 or attempt == 2:
-                    break
-                need = max(need, 3 * run.counts.get("received", 0) + 1000)
-                log(f"  queue ran dry ({empty} empty receives): topping up to {need:,} and running again")
-            res[f"clients_{clients}"] = {
-                "cycles_per_s": round(run.rate("cycles"), 1),
-                "requests_per_s": round(run.requests / run.duration_s, 1),
-                "latency_ms": run.latency_ms(),
-                "latency_by_method_ms": run.latency_by_method_ms(),
-                "cycles": run.counts.get("cycles", 0),
-                "empty_receives": empty,
-                "duration_s": round(run.duration_s, 3),
-                "statuses": run.statuses(),
-                "socket_errors": run.errors,
-                "cpu": cpu,
-            }
-            log(
-                f"  {res[f'clients_{clients}']['cycles_per_s']} receive+delete/s, p50 {run.latency_ms()['p50']} ms "
-                f"per request"
-            )
-        return res
+        ref = max((v["sends_per_s"] for k, v in sends.items() if int(k.split("_")[1]) >= clients), default=1000)
+        return max(2000, int(2 * ref * duration_s) + 500)
+
+    def receive_delete(self, sends: dict[str, Any]) -> dict[str, Any]:
+        """Receive+delete cycles/s at each client count, from the queue the sends filled, one window each."""
+        duration = self.cfg.duration_s
+        return {
+            f"clients_{n}": self.receive_window(n, duration, self.receive_need(sends, n, duration))
+            for n in self.cfg.recv_clients
+        }
+
+    def receive_window(self, clients: int, duration_s: float, need: int) -> dict[str, Any]:
+        """One window of receive+delete cycles at ``clients`` connections; its JSON row.
+
+        The queue is topped up to ``need`` ready messages first (:meth:`receive_need`). If it
+        still ran dry (204s), it is topped up to three times what was consumed and the window
+        is run once more.
+        """
+        run, cpu = self._receive_run(clients, duration_s, need)
+        empty = run.counts.get("empty", 0)
+        if empty:
+            need = max(need, 3 * run.counts.get("received", 0) + 1000)
+            log(f"  queue ran dry ({empty} empty receives): topping up to {need:,} and running again")
+            run, cpu = self._receive_run(clients, duration_s, need)
+            empty = run.counts.get("empty", 0)
+        row = {
+            "cycles_per_s": round(run.rate("cycles"), 1),
+            "requests_per_s": round(run.requests / run.duration_s, 1),
+            "latency_ms": run.latency_ms(),
+            "latency_by_method_ms": run.latency_by_method_ms(),
+            "cycles": run.counts.get("cycles", 0),
+            "empty_receives": empty,
+            "duration_s": round(run.duration_s, 3),
+            "statuses": run.statuses(),
+            "socket_errors": run.errors,
+            "cpu": cpu,
+        }
+        log(f"  {row['cycles_per_s']} receive+delete/s, p50 {run.latency_ms()['p50']} ms per request")
+        return row
+
+    def _receive_run(self, clients: int, duration_s: float, need: int) -> tuple[WrkRun, dict[str, float]]:
+        """Top the send queue up to ``need``, then run wrk's receive+delete; its report and CPU figures."""
+        self.prefill(self.q["send"], need, what=f"receive+delete at {clients}")
+        log(f"receive+delete: {clients} client(s) for {duration_s:g} s")
+        meter = self._meter()
+        run = self.wrk.run(
+            "recv_delete.lua", clients=clients, threads=None, queue=self.q["send"], duration_s=duration_s
+        )
+        cpu = self._cpu(meter, run.counts.get("cycles", 0))
+        self._alive()
+        return run, cpu
 
     def batch_sends(self, sends: dict[str, Any]) -> dict[str, Any]:
         """Batch sends: messages/s at each client count (wrk POST /<q>/messages/batch, 2 threads at most).
@@ -1431,11 +1454,18 @@ def _delete_used_roots(root: Path, *, including_root: bool) -> None:
 
 
 def _disk_receive(
-    disk_dir: Path, duration_s: float, args: argparse.Namespace, daemons: Daemons | None
+    disk_dir: Path,
+    duration_s: float,
+    args: argparse.Namespace,
+    daemons: Daemons | None,
+    thread_counts: list[int] | None = None,
 ) -> dict[str, Any]:
-    """The receive+delete disk loop (issue 12 bar 3) at each ``--disk-receive-threads``."""
+    """The receive+delete disk loop (issue 12 bar 3) alone, one window at each of ``thread_counts``.
+
+    ``thread_counts``: default ``--disk-receive-threads``.
+    """
     out: dict[str, Any] = {}
-    for threads in args.disk_receive_threads:
+    for threads in args.disk_receive_threads if thread_counts is None else thread_counts:
         log(f"receive+delete disk loop: {threads} thread(s) for {duration_s:g} s in {disk_dir}")
         meter = CpuMeter(daemons.pids() if daemons is not None else {})
         row = receive_delete_loop(disk_dir, threads=threads, duration_s=duration_s, prefill=args.disk_receive_prefill)
@@ -1444,6 +1474,115 @@ def _disk_receive(
         note = " (prefill used up: window ended early)" if row["exhausted"] else ""
         log(f"  {row['msgs_per_s']} msgs/s, p99 {row['latency_ms']['p99']} ms{note}")
     return out
+
+
+def _loop_window(disk_dir: Path, threads: int, duration_s: float, daemons: Daemons | None) -> dict[str, Any]:
+    """One window of the durable-send disk loop (1 KiB) with its CPU figures; its files stay (``keep_files``)."""
+    log(f"disk loop: {threads} thread(s) for {duration_s:g} s in {disk_dir}")
+    meter = CpuMeter(daemons.pids() if daemons is not None else {})
+    # keep_files: its files go with the root after the run, not between the windows it is compared with
+    # (journal-less ext4 makes every create scan the inodes freed in the last minutes).
+    row = disk_loop(disk_dir, threads=threads, duration_s=duration_s, keep_files=True)
+    row["cpu"] = meter.stop()
+    log(f"  {row['msgs_per_s']} msgs/s, p99 {row['latency_ms']['p99']} ms")
+    return row
+
+
+def _paired_sends(
+    bench: Bench, disk_dir: Path, args: argparse.Namespace, daemons: Daemons | None, result: dict[str, Any]
+) -> None:
+    """The send step and the disk loop in alternating windows (:mod:`bench.windows`); fills ``result``.
+
+    Sends at 1 client alternate with the 1-thread loop (bars 2 and 5), then the 16-client sends run
+    one ``--duration`` window (bar 4's CPU, nothing to compare), then sends at 64 clients alternate
+    with the ``--disk-threads`` loop (bar 1): ``--rounds`` rounds of ``--window`` seconds each.
+    ``result["sends"]`` and ``result["disk_loop"]`` get one row per client/thread count under the
+    old keys (:func:`bench.windows.summary_row`), ``result["pairs"]`` the paired ratios.
+    """
+    cfg, sends, loops = bench.cfg, {}, {}
+    pairs = result.setdefault("pairs", {})
+    for clients in cfg.send_clients:
+        threads = {1: 1, 64: cfg.disk_threads}.get(clients)
+        if threads is None:
+            sends[f"clients_{clients}"] = bench.send_window(clients, cfg.duration_s)
+            continue
+        log(f"sends at {clients} client(s) against the {threads}-thread disk loop, {args.rounds} alternating rounds")
+        loop_rows, mq_rows = alternate(
+            args.rounds,
+            lambda _r, t=threads: _loop_window(disk_dir, t, args.window, daemons),
+            lambda _r, c=clients: bench.send_window(c, args.window),
+        )
+        loops[f"threads_{threads}"] = summary_row(loop_rows, "msgs_per_s")
+        sends[f"clients_{clients}"] = summary_row(mq_rows, "sends_per_s")
+        pairs[f"sends{clients}"] = paired(loop_rows, mq_rows, loop_rate="msgs_per_s", mq_rate="sends_per_s")
+        log(f"  {_pairs_line(pairs[f'sends{clients}'])}")
+    result["disk_loop"], result["sends"] = loops, sends
+
+
+def _pairs_line(pair: dict[str, Any]) -> str:
+    ratios = ", ".join(str(r["ratio"]) for r in pair["rounds"])
+    p99s = ", ".join(str(r["p99_ratio"]) for r in pair["rounds"])
+    return f"per-round ratios {ratios} (median {pair['ratio']}); p99 ratios {p99s} (median {pair['p99_ratio']})"
+
+
+def _paired_receive(
+    bench: Bench, disk_dir: Path, args: argparse.Namespace, daemons: Daemons | None, result: dict[str, Any]
+) -> None:
+    """Receive+delete at 1 and 16 clients alternating with its disk loop at 1 and 16 threads (bar 3).
+
+    Per client count, mq's queue is first topped up for all ``--rounds`` windows, then the loop's
+    directory is prefilled once (``--disk-receive-prefill`` files, then ``sync()``, which also writes
+    back mq's top-up), then the windows alternate. Neither side creates a file inside a window and
+    both unlink one per message (mq-reaper for mq), so each pays for the other's frees alike. The
+    loop's leftover files stay (deleted with the root). Thread counts of ``--disk-receive-threads``
+    that no client count matches run alone, as before.
+    """
+    cfg, sends = bench.cfg, result.get("sends", {})
+    disk_rows, mq_rows_out = {}, {}
+    pairs = result.setdefault("pairs", {})
+    for clients in cfg.recv_clients:
+        if clients not in args.disk_receive_threads:
+            mq_rows_out[f"clients_{clients}"] = bench.receive_window(
+                clients, cfg.duration_s, bench.receive_need(sends, clients, cfg.duration_s)
+            )
+            continue
+        log(f"receive+delete at {clients} client(s) against its disk loop, {args.rounds} alternating rounds")
+        bench.prefill(
+            bench.q["send"],
+            bench.receive_need(sends, clients, args.window * args.rounds),
+            what=f"receive+delete at {clients}, all rounds",
+        )
+        rd = ReceiveDeleteDir(disk_dir, prefill=args.disk_receive_prefill)
+        log(f"  receive+delete disk loop: {args.disk_receive_prefill:,} files prefilled in {rd.prefill_s:.1f} s")
+        need = bench.receive_need(sends, clients, args.window)
+        loop_rows, mq_rows = alternate(
+            args.rounds,
+            lambda _r, t=clients, d=rd: _receive_loop_window(d, t, args.window, daemons),
+            lambda _r, c=clients, n=need: bench.receive_window(c, args.window, n),
+        )
+        disk_rows[f"threads_{clients}"] = summary_row(loop_rows, "msgs_per_s")
+        mq_rows_out[f"clients_{clients}"] = summary_row(mq_rows, "cycles_per_s")
+        pairs[f"receive{clients}"] = paired(loop_rows, mq_rows, loop_rate="msgs_per_s", mq_rate="cycles_per_s")
+        log(f"  {_pairs_line(pairs[f'receive{clients}'])}")
+    for threads in args.disk_receive_threads:
+        if f"threads_{threads}" not in disk_rows:
+            disk_rows[f"threads_{threads}"] = _disk_receive(disk_dir, cfg.duration_s, args, daemons, [threads])[
+                f"threads_{threads}"
+            ]
+    result["disk_receive_loop"], result["receive_delete"] = disk_rows, mq_rows_out
+
+
+def _receive_loop_window(
+    rd: ReceiveDeleteDir, threads: int, duration_s: float, daemons: Daemons | None
+) -> dict[str, Any]:
+    """One window of the receive+delete disk loop on ``rd`` with its CPU figures."""
+    log(f"receive+delete disk loop: {threads} thread(s) for {duration_s:g} s ({rd.prefill - rd.taken:,} files left)")
+    meter = CpuMeter(daemons.pids() if daemons is not None else {})
+    row = rd.window(threads, duration_s)
+    row["cpu"] = meter.stop()
+    note = " (prefill used up: window ended early)" if row["exhausted"] else ""
+    log(f"  {row['msgs_per_s']} msgs/s, p99 {row['latency_ms']['p99']} ms{note}")
+    return row
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -1505,8 +1644,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--disk-receive-prefill",
         type=int,
         default=None,
-        help="ready files the receive+delete disk loop writes first, per thread count (default 60000; quick "
-        "20000); if its threads use them up the window ends early ('exhausted' in the JSON)",
+        help="ready files the receive+delete disk loop writes first, per thread count, for all its --rounds "
+        "windows (default 90000; quick 20000); if its threads use them up a window ends early ('exhausted')",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help=f"alternating rounds (a disk-loop window and an mq window each) of bars 1, 2, 3, 5 and the large "
+        f"bodies; a bar is the median of the per-round ratios (default {DEFAULT_ROUNDS}; bench/windows.py)",
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="seconds of each alternated window (default 5; quick 2)",
     )
     p.add_argument(
         "--startup-messages",
@@ -1611,7 +1763,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.depth is None:
         args.depth = 10_000 if args.quick else 100_000
     quick_or_full = {
-        "disk_receive_prefill": (20_000, 60_000),
+        "disk_receive_prefill": (20_000, 90_000),
+        "window": (2, 5),
         "startup_messages": (20_000, 1_000_000),
         "drain_depth": (20_000, 1_000_000),
         "scale_queues": (1_000, 10_000),
@@ -1627,6 +1780,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, name, quick if args.quick else full)
     if args.longpoll_idle is None:
         args.longpoll_idle = args.duration if args.quick else 25.0
+    if args.rounds < 1 or args.window < 1:
+        p.error("--rounds and --window must be >= 1")
     args.disk_receive_threads = [int(x) for x in str(args.disk_receive_threads).split(",") if x]
     args.large_sizes = [int(x) for x in str(args.large_sizes).split(",") if x]
     return args
@@ -1695,6 +1850,10 @@ def main(argv: list[str] | None = None) -> int:
             "longpoll_receivers": args.longpoll_receivers,
             "longpoll_queues": args.longpoll_queues,
             "large_sizes": args.large_sizes,
+            "rounds": args.rounds,
+            "window_s": args.window,
+            "pairs": "mq and its disk loop in alternating windows (loop mq | mq loop | ...), a bar the median "
+            "of the per-round ratios (bench/windows.py)",
             "shallow_depth": cfg.shallow_depth,
             "server": "own (mq + mq-mover + mq-reaper started by the bench)" if own_server else args.url,
             "mq_workers": args.workers if args.workers is not None else "mq default",
@@ -1710,7 +1869,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         disk_dir = root / "diskloop"
         dl: dict[str, Any] = {}
-        for threads in sorted({1, cfg.disk_threads}) if "disk" in steps else ():
+        # With the sends, the disk loop runs in windows alternated with them (_paired_sends); alone, here.
+        alone = "disk" in steps and "sends" not in steps
+        for threads in sorted({1, cfg.disk_threads}) if alone else ():
             log(f"disk loop: {threads} thread(s) for {cfg.duration_s:g} s in {disk_dir}")
             meter = CpuMeter({})
             # keep_files: its files go with the root after the run, not between the steps it measures.
@@ -1729,23 +1890,17 @@ def main(argv: list[str] | None = None) -> int:
         for q in queues.values():
             api.create_queue(q)
         bench = Bench(cfg, api, Wrk(wrk_exe, url, log_dir / "wrk"), queues, daemons)
-        if "sends" in steps:
+        if "sends" in steps and "disk" in steps:
+            _paired_sends(bench, disk_dir, args, daemons, result)
+        elif "sends" in steps:
             result["sends"] = bench.sends()
-            if "disk" in steps:
-                # The disk's rate drifts a lot on a shared VM disk: measure it again
-                # right after the sends, and compare the sends to the mean of both.
-                threads = cfg.disk_threads
-                log(f"disk loop again: {threads} threads for {cfg.duration_s:g} s")
-                meter = CpuMeter(daemons.pids() if daemons is not None else {})
-                again = disk_loop(disk_dir, threads=threads, duration_s=cfg.duration_s, keep_files=True)
-                again["cpu"] = meter.stop()
-                dl[f"threads_{threads}_after_sends"] = again
-                log(f"  {again['msgs_per_s']} msgs/s")
         if "batch_sends" in steps:
             result["batch_sends"] = bench.batch_sends(result.get("sends", {}))
-        if "disk_receive" in steps:
+        if "disk_receive" in steps and "receive" in steps:
+            _paired_receive(bench, disk_dir, args, daemons, result)
+        elif "disk_receive" in steps:
             result["disk_receive_loop"] = _disk_receive(disk_dir, cfg.duration_s, args, daemons)
-        if "receive" in steps:
+        elif "receive" in steps:
             result["receive_delete"] = bench.receive_delete(result.get("sends", {}))
         if "batch_receive" in steps:
             result["batch_receive_delete"] = bench.batch_receive_delete(
@@ -1796,19 +1951,17 @@ def main(argv: list[str] | None = None) -> int:
             result["logs"] = str(log_dir)
 
     sends64 = result.get("sends", {}).get("clients_64", {}).get("sends_per_s", 0.0)
-    loops = result.get("disk_loop", {})
-    runs = [
-        loops[k]["msgs_per_s"]
-        for k in (f"threads_{cfg.disk_threads}", f"threads_{cfg.disk_threads}_after_sends")
-        if k in loops
-    ]
-    disk64 = round(sum(runs) / len(runs), 1) if runs else 0.0
+    loop64 = result.get("disk_loop", {}).get(f"threads_{cfg.disk_threads}", {})
+    runs = [w["msgs_per_s"] for w in loop64.get("windows", [loop64] if loop64 else [])]
+    disk64 = round(statistics.median(runs), 1) if runs else 0.0
     shallow = result.get("cycles", {}).get("shallow", {}).get("cycles_per_s", 0.0)
     deep = result.get("cycles", {}).get("deep", {}).get("cycles_per_s", 0.0)
-    r1, r2 = _ratio(sends64, disk64), _ratio(deep, shallow)
+    # Bar 1: the median of the per-round ratios of the alternated windows (bench.windows).
+    r1, r2 = result.get("pairs", {}).get("sends64", {}).get("ratio"), _ratio(deep, shallow)
     result["bars"] = {
         "sends64_over_disk_loop64": {
             "value": r1,
+            "from": "pairs.sends64: median over rounds of sends at 64 clients / the disk loop's window beside it",
             "sends64_per_s": sends64,
             "disk_loop64_per_s": disk64,
             "disk_loop64_runs": runs,

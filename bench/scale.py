@@ -41,6 +41,7 @@ import aiohttp
 
 from bench.disk_loop import disk_loop
 from bench.prefill import fill
+from bench.windows import alternate, paired, summary_row
 
 if TYPE_CHECKING:
     from bench.run import Api, Bench
@@ -555,45 +556,72 @@ class Scale:
     # -- large bodies -----------------------------------------------------------------
 
     def large(self) -> dict[str, Any]:
-        """Sends of each ``--large-sizes`` body vs the send disk loop at the same size and concurrency, in MB/s."""
-        clients = self.opts.large_clients
-        duration = self.bench.cfg.duration_s
-        res: dict[str, Any] = {"clients": clients}
+        """Sends of each ``--large-sizes`` body vs the send disk loop at the same size and concurrency, in MB/s.
+
+        Per size, ``--rounds`` rounds of one loop window and one mq window of ``--window`` seconds,
+        alternating (:mod:`bench.windows`); ``over_disk_loop`` is the median of the per-round
+        ratios. The loop keeps its files and mq's queue is deleted only after every size: a delete
+        between windows would make the creates after it pay journal-less ext4's scan of recently
+        freed inodes (performance.md). The earlier steps' deletes (the drain's, the queues step's)
+        weigh on both sides' creates alike, the order inside a round alternating.
+        """
+        clients, window, rounds = self.opts.large_clients, self.opts.window, self.opts.rounds
+        res: dict[str, Any] = {"clients": clients, "rounds": rounds, "window_s": window}
         for size in self.opts.large_sizes:
-            label = f"bytes_{size}"
-            self._log(f"large: disk loop, {clients} threads, {size:,}-byte bodies, {duration:g} s")
-            # keep_files: its files go with the root after the run. Deleting them here made the sends that
-            # follow pay journal-less ext4's scan of recently freed inodes on every create (performance.md).
-            loop = disk_loop(self.disk_dir, threads=clients, duration_s=duration, body_bytes=size, keep_files=True)
             queue = f"bench-large-{size}"
             self.bench.api.create_queue(queue)
-            self._log(f"large: sends of {size:,} bytes at {clients} clients, {duration:g} s")
-            meter = self.bench._meter()
-            run = self.bench.wrk.run(
-                "post.lua", clients=clients, threads=2, queue=queue, duration_s=duration, body_bytes=size
+            loops, mqs = alternate(
+                rounds,
+                lambda _r, s=size: self._large_loop_window(clients, s, window),
+                lambda _r, s=size, q=queue: self._large_send_window(q, clients, s, window),
             )
-            sent = run.counts.get("sent", 0)
-            cpu = self.bench._cpu(meter, sent)
-            self.bench._alive()
-            rate = run.rate("sent")
-            mb = round(rate * size / 1e6, 2)
-            res[label] = {
+            pair = paired(loops, mqs, loop_rate="mb_per_s", mq_rate="mb_per_s")
+            mq, loop = summary_row(mqs, "mb_per_s"), summary_row(loops, "mb_per_s")
+            res[f"bytes_{size}"] = {
+                **mq,
                 "body_bytes": size,
-                "sends_per_s": round(rate, 1),
-                "mb_per_s": mb,
                 "disk_loop_msgs_per_s": loop["msgs_per_s"],
                 "disk_loop_mb_per_s": loop["mb_per_s"],
-                "over_disk_loop": _ratio(mb, float(str(loop["mb_per_s"]))),
-                "latency_ms": run.latency_ms(),
-                "statuses": run.statuses(),
-                "socket_errors": run.errors,
-                "cpu": cpu,
+                "over_disk_loop": pair["ratio"],
+                "pairs": pair,
                 "disk_loop": loop,
             }
-            self._log(f"  {mb} MB/s against the disk loop's {loop['mb_per_s']} MB/s")
+            ratios = ", ".join(str(r["ratio"]) for r in pair["rounds"])
+            self._log(f"  {size:,} bytes: per-round ratios {ratios}, median {pair['ratio']}")
         for size in self.opts.large_sizes:  # after every size: a queue deleted earlier would slow the next creates
             self.bench.api.delete_queue(f"bench-large-{size}")
         return res
+
+    def _large_loop_window(self, clients: int, size: int, duration: float) -> dict[str, Any]:
+        """One window of the send disk loop at ``size``-byte bodies and ``clients`` threads (files kept)."""
+        self._log(f"large: disk loop, {clients} threads, {size:,}-byte bodies, {duration:g} s")
+        meter = self.bench._meter()
+        loop = disk_loop(self.disk_dir, threads=clients, duration_s=duration, body_bytes=size, keep_files=True)
+        loop["cpu"] = meter.stop()
+        self._log(f"  {loop['mb_per_s']} MB/s")
+        return loop
+
+    def _large_send_window(self, queue: str, clients: int, size: int, duration: float) -> dict[str, Any]:
+        """One window of sends of ``size``-byte bodies at ``clients`` connections into ``queue``."""
+        self._log(f"large: sends of {size:,} bytes at {clients} clients, {duration:g} s")
+        meter = self.bench._meter()
+        run = self.bench.wrk.run(
+            "post.lua", clients=clients, threads=2, queue=queue, duration_s=duration, body_bytes=size
+        )
+        sent = run.counts.get("sent", 0)
+        cpu = self.bench._cpu(meter, sent)
+        self.bench._alive()
+        rate = run.rate("sent")
+        row = {
+            "sends_per_s": round(rate, 1),
+            "mb_per_s": round(rate * size / 1e6, 2),
+            "latency_ms": run.latency_ms(),
+            "statuses": run.statuses(),
+            "socket_errors": run.errors,
+            "cpu": cpu,
+        }
+        self._log(f"  {row['mb_per_s']} MB/s")
+        return row
 
 
 def _schedstat_s(pid: int) -> tuple[float | None, float | None]:
