@@ -1645,7 +1645,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="ready files the receive+delete disk loop writes first, per thread count, for all its --rounds "
-        "windows (default 90000; quick 20000); if its threads use them up a window ends early ('exhausted')",
+        "windows (default 120000; quick 20000); if its threads use them up a window ends early ('exhausted')",
     )
     p.add_argument(
         "--rounds",
@@ -1763,7 +1763,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.depth is None:
         args.depth = 10_000 if args.quick else 100_000
     quick_or_full = {
-        "disk_receive_prefill": (20_000, 90_000),
+        "disk_receive_prefill": (20_000, 120_000),
         "window": (2, 5),
         "startup_messages": (20_000, 1_000_000),
         "drain_depth": (20_000, 1_000_000),

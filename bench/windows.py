@@ -8,7 +8,7 @@ compared with, and a bar read the weather of two different minutes (stop 27:
 bar 5 read 0.475 because the loop's one window met a 2.39-ms p99, and 4.29 in
 stop 26 because mq's did). :func:`alternate` runs ``rounds`` pairs of windows,
 the loop's and mq's, back to back, the order inside a pair alternating
-(loop mq | mq loop | loop mq | ...: A B B A A B for three rounds), and
+(loop mq | mq loop | loop mq | mq loop: A B B A A B B A for the default four rounds), and
 :func:`paired` makes each pair one ratio, mq's window over the loop's
 window beside it. A bar is the **median of the per-round ratios**:
 
@@ -17,12 +17,17 @@ window beside it. A bar is the **median of the per-round ratios**:
   mq's middle window by a loop window from another minute, which is what the
   rounds are there to avoid;
 - the order inside a round alternates, so a cost the first (or the second)
-  window of a round pays lands on both sides alike;
+  window of a round pays lands on both sides alike; with an even number of
+  rounds each side goes first equally often, and each side's windows run back
+  to back once (with three rounds only mq's did: stop 28's quick runs read
+  that mq-first round lowest in 3 of 4 runs);
 - the median of three or more ratios drops a round whose one window met a
   stall episode that its partner did not.
 
 It reads the same for two identical servers: swap mq and the loop and every
-ratio inverts, and so does the median (odd rounds). Rates and p99s are
+ratio inverts, and so does the median (exactly with odd rounds; with even
+ones the median is the mean of the middle two ratios, inverted to within the
+spread of those two). Rates and p99s are
 treated alike: bar 5 is the median of the per-round ratios of the two p99s
 (each window's own p99), not a p99 of latencies pooled per side.
 """
@@ -33,8 +38,9 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-#: Rounds of (loop window, mq window) per compared pair (issue 12: "at least three alternating rounds").
-DEFAULT_ROUNDS = 3
+#: Rounds of (loop window, mq window) per compared pair (issue 12: "at least three alternating rounds"); even, so that
+#: each side goes first in half of them.
+DEFAULT_ROUNDS = 4
 
 #: A window: a function of the round (0, 1, ...) that runs one measured window and returns its JSON row.
 Window = Callable[[int], dict[str, Any]]
