@@ -146,6 +146,18 @@ BATCH_SIZE = 10
 #: Bars set by issue 2.
 BAR_SENDS_OVER_DISK = 1.0
 BAR_DEEP_OVER_SHALLOW = 0.8
+#: The CPU figures of each run of the metrics step kept in its JSON (:class:`CpuMeter`'s keys).
+RUN_CPU_KEYS = (
+    "mq_cpu_ms_per_op",
+    "mq_cpu_pct",
+    "mover_cpu_pct",
+    "reaper_cpu_pct",
+    "wrk_cpu_pct",
+    "bench_cpu_pct",
+    "other_cpu_pct",
+    "machine_busy_pct",
+    "cpu_canary_ms",
+)
 #: Bar set by issue 15: a scrape of GET /metrics every second costs at most this share of sends/s at 64 clients.
 BAR_METRICS_COST = 0.03
 
@@ -830,13 +842,18 @@ class Bench:
         """
         rates: dict[str, list[float]] = {"without": [], "with": []}
         cpu_ms: dict[str, list[float]] = {"without": [], "with": []}
+        runs: list[dict[str, Any]] = []
         scrapes: list[float] = []
+        scraper_cpu: list[float] = []
+        scrape_bytes: list[int] = []
         warmup = self._warmup_scrape()
         for i in range(pairs):
             for mode in ("without", "with") if i % 2 == 0 else ("with", "without"):
                 log(f"metrics: sends at {clients} clients {mode} a scrape every second, {self.cfg.duration_s:g} s")
                 stop = threading.Event()
-                scraper = threading.Thread(target=self._scrape_every_second, args=(stop, scrapes), daemon=True)
+                scraper = threading.Thread(
+                    target=self._scrape_every_second, args=(stop, scrapes, scraper_cpu, scrape_bytes), daemon=True
+                )
                 if mode == "with":
                     scraper.start()
                 meter = self._meter()
@@ -850,7 +867,12 @@ class Bench:
                 self._alive()
                 rates[mode].append(round(run.rate("sent"), 1))
                 cpu_ms[mode].append(cpu.get("mq_cpu_ms_per_op", 0.0))
-                log(f"  {rates[mode][-1]} sends/s, mq CPU {cpu_ms[mode][-1]} ms per send")
+                runs.append({"mode": mode, "sends_per_s": rates[mode][-1], **{k: cpu.get(k) for k in RUN_CPU_KEYS}})
+                log(
+                    f"  {rates[mode][-1]} sends/s, mq CPU {cpu_ms[mode][-1]} ms per send, machine busy "
+                    f"{cpu.get('machine_busy_pct')} %, bench {cpu.get('bench_cpu_pct')} %, "
+                    f"probe {cpu.get('cpu_canary_ms')} ms"
+                )
         without, with_ = statistics.median(rates["without"]), statistics.median(rates["with"])
         idle = self._idle_scrapes()
         return {
@@ -862,6 +884,9 @@ class Bench:
             "mq_cpu_ms_per_send_with_scrape": cpu_ms["with"],
             "scrapes": len(scrapes),
             "scrape_ms_median": round(statistics.median(scrapes) * 1000, 1) if scrapes else None,
+            "scraper_cpu_ms_median": round(statistics.median(scraper_cpu) * 1000, 2) if scraper_cpu else None,
+            "scrape_bytes_median": statistics.median(scrape_bytes) if scrape_bytes else None,
+            "runs": runs,
             **warmup,
             **idle,
         }
@@ -913,16 +938,21 @@ class Bench:
             "idle_scrape_ms_median": round(statistics.median(seconds) * 1000, 1),
         }
 
-    def _scrape_every_second(self, stop: threading.Event, seconds: list[float]) -> None:
-        """Thread: ``GET /metrics`` once a second (own connection) until ``stop``; record each scrape's time."""
+    def _scrape_every_second(
+        self, stop: threading.Event, seconds: list[float], cpu_s: list[float], sizes: list[int]
+    ) -> None:
+        """Thread: ``GET /metrics`` once a second (own connection) until ``stop``; record each scrape's time (s),
+        this thread's CPU for it (s: the scraper's own cost, in the bench's process) and its body's bytes."""
         api = Api(f"http://{self.api.host}:{self.api.port}")
         try:
             while not stop.is_set():
-                started = time.perf_counter()
-                status, _, _ = api.request("GET", "/metrics")
+                started, cpu0 = time.perf_counter(), time.thread_time()
+                status, _, body = api.request("GET", "/metrics")
                 if status != 200:
                     raise RuntimeError(f"GET /metrics answered {status}")
                 seconds.append(time.perf_counter() - started)
+                cpu_s.append(time.thread_time() - cpu0)
+                sizes.append(len(body))
                 stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
         finally:
             api.close()
