@@ -824,24 +824,22 @@ class Bench:
         Read around a step (not inside it): the sends per ``syncfs`` round and per directory fsync
         say how full the group commits were (an empty dict if the scrape fails).
         """
+        body = self._metrics_body()
+        found = re.findall(rb'^mq_storage_fsync_duration_seconds_count\{kind="(\w+)"\} (\S+)$', body, re.M)
+        return {kind.decode(): float(count) for kind, count in found}
+
+    def _metrics_body(self) -> bytes:
+        """One ``GET /metrics``'s body (empty if the scrape fails)."""
         try:
             status, _, body = self.api.request("GET", "/metrics")
         except (OSError, http.client.HTTPException):
-            return {}
-        if status != 200:
-            return {}
-        found = re.findall(rb'^mq_storage_fsync_duration_seconds_count\{kind="(\w+)"\} (\S+)$', body, re.M)
-        return {kind.decode(): float(count) for kind, count in found}
+            return b""
+        return body if status == 200 else b""
 
     def _gc_reading(self) -> dict[str, float]:
         """mq's garbage collections and seconds inside them so far, by generation (``collections_2``,
         ``pause_s_2``, ...), from one ``GET /metrics`` (an empty dict if it fails). Read between runs."""
-        try:
-            status, _, body = self.api.request("GET", "/metrics")
-        except (OSError, http.client.HTTPException):
-            return {}
-        if status != 200:
-            return {}
+        body = self._metrics_body()
         out = {}
         for name, key in ((b"python_gc_collections_total", "collections"), (b"mq_gc_pause_seconds_total", "pause_s")):
             for generation, value in re.findall(rb"^" + name + rb'\{generation="(\d)"\} (\S+)$', body, re.M):
