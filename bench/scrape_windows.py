@@ -13,6 +13,7 @@ on either side of it, and the cost is 1 - the median of those ratios.
 
 from __future__ import annotations
 
+import http.client
 import math
 import statistics
 import threading
@@ -23,12 +24,13 @@ if TYPE_CHECKING:
     from bench.run import Api, CpuMeter, Wrk
 
 
-def _scraper(api: Api, first: int, window_s: int, stop: threading.Event, out: list[tuple[int, float]]) -> None:
+def _scraper(
+    api: Api, first: int, window_s: int, stop: threading.Event, out: list[tuple[int, float]], errors: list[str]
+) -> None:
     """Thread: from epoch second ``first``, at the start of each second of the even windows (0, 2, ...), one
-    ``GET /metrics``; record (its second, its seconds of latency) until ``stop``.
-
-    Raises:
-        RuntimeError: A scrape did not answer 200.
+    ``GET /metrics``; record (its second, its seconds of latency) until ``stop``. A scrape that fails or does
+    not answer 200 ends the thread with its reason in ``errors`` (the caller raises it: windows without their
+    scrapes would read as no cost).
     """
     second = first
     try:
@@ -40,9 +42,12 @@ def _scraper(api: Api, first: int, window_s: int, stop: threading.Event, out: li
                 started = time.perf_counter()
                 status, _, _ = api.request("GET", "/metrics")
                 if status != 200:
-                    raise RuntimeError(f"GET /metrics answered {status}")
+                    errors.append(f"GET /metrics answered {status}")
+                    return
                 out.append((second, time.perf_counter() - started))
             second += 1
+    except (OSError, http.client.HTTPException) as exc:
+        errors.append(f"GET /metrics failed: {exc!r}")
     finally:
         api.close()
 
@@ -90,11 +95,14 @@ def scrape_windows(
         window_s: Seconds per window.
     Returns:
         The figures (``cost``, the ratios, window totals, scrapes and their median ms, CPU).
+    Raises:
+        RuntimeError: A scrape failed (and what wrk raises: it did not report).
     """
     first = math.ceil(time.time()) + 2  # wrk starts below: its first two seconds ramp up 64 connections
     scrapes: list[tuple[int, float]] = []
+    errors: list[str] = []
     stop = threading.Event()
-    thread = threading.Thread(target=_scraper, args=(api, first, window_s, stop, scrapes), daemon=True)
+    thread = threading.Thread(target=_scraper, args=(api, first, window_s, stop, scrapes, errors), daemon=True)
     thread.start()
     try:
         run = wrk.run("post_timed.lua", clients=clients, threads=2, queue=queue, duration_s=seconds + 3)
@@ -103,6 +111,8 @@ def scrape_windows(
         thread.join()
     ended = time.time()
     cpu = meter.stop()
+    if errors:
+        raise RuntimeError(f"metrics windows: {errors[0]}")
     sent = run.counts.get("sent", 0)
     counts = {int(key[len("sent_at_") :]): n for key, n in run.counts.items() if key.startswith("sent_at_")}
     ratios, with_, without = window_ratios(counts, first, math.floor(ended) - 2, window_s)
