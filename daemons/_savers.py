@@ -320,6 +320,10 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
+        #: Of those, the count whose files are written (a saver's ``next`` of ``_writes``): the rest are on their
+        #: way to a ``syncfs`` round, which does not wait for more once none is (:meth:`_coming`).
+        self._writes = itertools.count(1)
+        self._written = 0
         #: ``auto``: the machine's dirty data that is not mq's.
         self.foreign = ForeignDirt()
 
@@ -340,7 +344,16 @@ class Savers(Executor):
         if self.syncfs:
             shared = SharedRounds(SHARED_ROUNDS) if SHARED_ROUNDS else None
             self.store.disk.use_syncfs(self.store.layout.root, shared)
+            if self.store.disk.files is not None:
+                self.store.disk.files.gather.coming = self._coming
         return self.syncfs
+
+    def _coming(self) -> int:
+        """Jobs handed over whose files are not all written yet (any thread; two reads of ints, no lock): a
+        ``syncfs`` round that follows another starts at once when none is, instead of waiting for the gather's
+        time (``mqcore.protocol._fs.Gather.coming``), since no send could join it meanwhile but one that arrives
+        over the network, which the round after it covers."""
+        return self._sent - self._written
 
     # -- event loop ------------------------------------------------------------
 
@@ -633,6 +646,8 @@ class Savers(Executor):
                 except MQError as exc:
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
+            if job.here == 0:
+                self._written = next(self._writes)
             if job.syncfs and any(job.written):
                 self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:
