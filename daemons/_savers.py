@@ -76,7 +76,7 @@ from mqcore.errors import MQError, QueueNotFound, StorageUnavailable
 from mqcore.fsinfo import DirtyMeter, MountInfo
 from mqcore.names import MessageId, QueueName, ready_name
 from mqcore.protocol import PendingMessage, SendEntry, Store
-from mqcore.protocol._fs import LEADING, Gather, syncfs_available
+from mqcore.protocol._fs import LEADING, syncfs_available
 from mqcore.protocol._rounds import SharedRounds
 
 T = TypeVar("T")
@@ -107,10 +107,6 @@ FOREIGN_DIRTY_HOLD_SECONDS = 1.0
 #: files wait for a round, not for the disk, so more of them would only pass the GIL to each other at every system
 #: call (docs/performance.md, "Sends at many clients: fewer savers woken while their files wait for a syncfs round").
 SYNCFS_RUNNABLE = 2
-#: While sends of a ``syncfs`` round that ended are still being renamed, a directory round of a queue waits for them
-#: up to this many seconds (``mqcore.protocol._fs.Gather``: only while one is on its way), so that the round's sends
-#: share one directory fsync instead of the first one's leading a round alone and the rest waiting for it to end.
-DIR_GATHER_SECONDS = 0.0005
 
 #: A worker of ``mq --processes N``: the file of the ``syncfs`` rounds its processes share (set at its start by
 #: ``daemons._processes``), else None: this process's rounds are its own.
@@ -324,12 +320,10 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
-        #: Of those, the count whose files are written: the rest are on their way to a ``syncfs`` round, which
-        #: does not wait for more once none is (:meth:`_coming`). And the jobs whose ``syncfs`` round ended, and of
-        #: those the count renamed (:meth:`_renaming`). Savers add to them under ``_counts`` (a count read stale
-        #: would hold a round for nobody until the next job); any thread reads them.
-        self._counts = threading.Lock()
-        self._written = self._round_ended = self._renamed = 0
+        #: Of those, the count whose files are written (a saver's ``next`` of ``_writes``): the rest are on their
+        #: way to a ``syncfs`` round, which does not wait for more once none is (:meth:`_coming`).
+        self._writes = itertools.count(1)
+        self._written = 0
         #: ``auto``: the machine's dirty data that is not mq's.
         self.foreign = ForeignDirt()
 
@@ -352,19 +346,9 @@ class Savers(Executor):
             self.store.disk.use_syncfs(self.store.layout.root, shared)
             if self.store.disk.files is not None:
                 self.store.disk.files.gather.coming = self._coming
-                gather = Gather(1 << 30, DIR_GATHER_SECONDS, first=True)
-                gather.coming = self._renaming
-                self.store.disk.syncer.gather = gather
         return self.syncfs
 
-    def _renaming(self, directory: str) -> int:
-        """Jobs whose ``syncfs`` round ended and that are not renamed yet, if ``directory`` is a queue's (any thread;
-        no lock): a round of its directory's fsyncs waits for them (:data:`DIR_GATHER_SECONDS`)."""
-        if os.path.dirname(directory) != self.store.layout.queues:
-            return 0
-        return self._round_ended - self._renamed
-
-    def _coming(self, _key: str) -> int:
+    def _coming(self) -> int:
         """Jobs handed over whose files are not all written yet (any thread; two reads of ints, no lock): a
         ``syncfs`` round that follows another starts at once when none is, instead of waiting for the gather's
         time (``mqcore.protocol._fs.Gather.coming``), since no send could join it meanwhile but one that arrives
@@ -612,7 +596,7 @@ class Savers(Executor):
                 continue
             try:
                 if k < 0:  # its files' data are durable (syncfs): rename them into place
-                    self._publish(job, after_round=True)
+                    self._publish(job)
                 else:
                     self._write(job, k)
             except Exception as exc:  # noqa: BLE001  # a bug: the request gets it (500), the thread lives on
@@ -663,8 +647,7 @@ class Savers(Executor):
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
             if job.here == 0:
-                with self._counts:
-                    self._written += 1
+                self._written = next(self._writes)
             if job.syncfs and any(job.written):
                 self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:
@@ -676,8 +659,6 @@ class Savers(Executor):
         A failed round fails every file of the job (unlinked here: never renamed, so never a
         message; mq-reaper would sweep it from ``new/`` otherwise).
         """
-        with self._counts:
-            self._round_ended += 1
         if job.syncfs_bytes:
             self.foreign.release(job.syncfs_bytes)
         if error is not None:
@@ -690,7 +671,7 @@ class Savers(Executor):
         try:
             self._put([(job, -1)], first=True, limited=self._limited())  # the leader goes on with the next round
         except RuntimeError:  # shut down: no saver takes work any more, publish on this thread
-            self._publish(job, after_round=True)
+            self._publish(job)
 
     def _open(self, job: SaveJob) -> None:
         """Check that the job's queue exists and take its ids, once per job: by its only thread, or under the lock.
@@ -733,9 +714,8 @@ class Savers(Executor):
         job.results = list(ids)
         job.ids = ids  # last: a thread that finds it set reads results and refused without the lock
 
-    def _publish(self, job: SaveJob, after_round: bool = False) -> None:
-        """Rename the job's written files into place, in entry order, and leave them with the group commit
-        (``after_round``: its ``syncfs`` round ended, and :meth:`_renaming` counts it until its renames are made)."""
+    def _publish(self, job: SaveJob) -> None:
+        """Rename the job's written files into place, in entry order, and leave them with the group commit."""
         written = [(i, pending) for i, pending in enumerate(job.written) if pending is not None]
         for i, pending in written:  # the id changes when an O_EXCL create was retried
             job.results[i] = pending.message_id
@@ -748,9 +728,6 @@ class Savers(Executor):
             job.results[i] = error
         if failed and names is not None:  # no event comes for these
             names.drop_ready([ready_name(pending.message_id, 0) for _, pending, _ in failed])
-        if after_round:  # before its directory's group commit: its round need not wait
-            with self._counts:
-                self._renamed += 1
         if not renamed:
             self._finish(job, None)
             return

@@ -110,8 +110,6 @@ class DirSyncer:
         """Callers per (directory, round): the group-commit batch size reported to STORAGE_HOOKS."""
         self._later: dict[str, list[Callable[[OSError | None], None]]] = {}
         """:meth:`sync_later` callers per directory waiting for the next round of its leader."""
-        #: When a :meth:`sync_later` round starts (None: at once); set by a user that knows who is on the way.
-        self.gather: Gather | None = None
 
     def sync(self, path: str) -> None:
         """Make every rename into ``path`` done before this call durable.
@@ -174,7 +172,7 @@ class DirSyncer:
             path: The directory.
             done: Called once, with None or the OSError of this caller's round.
         """
-        join_or_lead(self._cond, self._later, path, done, fsync_dir, "directory", self.gather)
+        join_or_lead(self._cond, self._later, path, done, fsync_dir, "directory")
 
 
 #: A group commit's callback: None, or the OSError of the round that covered its caller.
@@ -204,51 +202,44 @@ class Gather:
     finds nobody leading not at all), and under load each round covers what came during the
     previous round and the gather after it.
 
-    With ``first`` (and :attr:`coming` set), a caller that finds nobody leading waits too, up to
-    ``seconds``, but only while callers are on their way: its round then covers them as well.
-
     Args:
         files: Callers that start a round at once (>= 1).
         seconds: How long after a round ended the leader waits for callers of the next one.
-        first: The first round of a leader waits for the callers on their way as well.
     """
 
-    __slots__ = ("coming", "files", "first", "seconds")
+    __slots__ = ("coming", "files", "seconds")
 
-    def __init__(self, files: int, seconds: float, first: bool = False) -> None:
+    def __init__(self, files: int, seconds: float) -> None:
         self.files = files
         self.seconds = seconds
-        self.first = first
-        #: None, or how many callers are on their way to the group commit of a key (any thread may call it; it
-        #: must be quick and take no lock of the group commit's): 0 ends the gather at once, since waiting could
-        #: only delay its callers. mq's savers set it (daemons/_savers.py): to the sends they are writing for a
-        #: ``syncfs`` round, and to those renaming into a directory after their round; a caller that comes after
-        #: all joins the next round.
-        self.coming: Callable[[str], int] | None = None
+        #: None, or how many callers are on their way (any thread may call it; it must be quick and take no lock
+        #: of the group commit's): 0 ends the gather at once, since waiting could only delay its callers.
+        #: mq's savers set it to the sends they are writing for a round (daemons/_savers.py); a caller that comes
+        #: after all joins the next round.
+        self.coming: Callable[[], int] | None = None
 
-    def wait(self, cond: threading.Condition, callers: list[Done], ended: float, key: str = "") -> None:
+    def wait(self, cond: threading.Condition, callers: list[Done], ended: float) -> None:
         """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` have passed,
         or (:attr:`coming`) no caller is on its way.
 
         Args:
             cond: The group commit's lock (held; released while waiting).
             callers: The list the callers of the next round are appended to.
-            ended: ``time.monotonic()`` when the previous round ended (or, ``first``, the leader began).
-            key: The group commit's key (``coming``'s argument).
+            ended: ``time.monotonic()`` when the previous round ended.
         """
         coming = self.coming
         while len(callers) < self.files:
-            if coming is not None and coming(key) <= 0:  # nobody on the way: waiting could only delay
+            if coming is not None and coming() <= 0:  # nobody on the way: waiting could only delay
                 return
             left = ended + self.seconds - time.monotonic()
             if left <= 0:
                 return
             cond.wait(left)
 
-    def left(self, cond: threading.Condition, callers: list[Done], key: str = "") -> None:
+    def left(self, cond: threading.Condition, callers: list[Done]) -> None:
         """A caller was appended to ``callers`` (``cond`` held): wake the leader once there are :attr:`files`,
         or (:attr:`coming`) once no other caller is on its way."""
-        if len(callers) == self.files or (self.coming is not None and self.coming(key) <= 0):
+        if len(callers) == self.files or (self.coming is not None and self.coming() <= 0):
             cond.notify()
 
 
@@ -286,7 +277,7 @@ def join_or_lead(
         if waiting is not None:
             waiting.append(done)  # a leader is running a round: it runs the next one for us
             if gather is not None:
-                gather.left(cond, waiting, key)
+                gather.left(cond, waiting)
             return
         later[key] = [done]
     hook = LEADING.hook
@@ -296,9 +287,8 @@ def join_or_lead(
     while True:
         with cond:
             callers = later[key]
-            if gather is not None and (ended is not None or (gather.first and gather.coming is not None)):
-                # callers left meanwhile append to this same list
-                gather.wait(cond, callers, time.monotonic() if ended is None else ended, key)
+            if ended is not None and gather is not None:
+                gather.wait(cond, callers, ended)  # callers left meanwhile append to this same list
             if not callers:
                 del later[key]  # nobody left anything meanwhile: the next caller leads
                 return

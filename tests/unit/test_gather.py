@@ -112,7 +112,7 @@ def test_a_round_that_follows_another_starts_when_the_gather_time_passed():
 def test_a_round_that_follows_another_starts_at_once_when_no_caller_is_on_its_way():
     gather = Gather(files=100, seconds=3600.0)
     on_the_way = [1]  # caller 2 is being written
-    gather.coming = lambda _key: on_the_way[0]
+    gather.coming = lambda: on_the_way[0]
     rounds = Rounds(gather)
     leader = _lead(rounds)
     rounds.call(1)
@@ -126,32 +126,3 @@ def test_a_round_that_follows_another_starts_at_once_when_no_caller_is_on_its_wa
     assert not leader.is_alive(), "the leader waited for callers that were not on their way"
     assert rounds.rounds == [1, 2]
     assert rounds.outcomes == {0: None, 1: None, 2: None}
-
-
-def test_with_first_a_caller_that_finds_nobody_leading_waits_for_the_callers_on_their_way():
-    gather = Gather(files=100, seconds=3600.0, first=True)
-    on_the_way = [1]
-    gather.coming = lambda _key: on_the_way[0]
-    rounds = Rounds(gather)
-    rounds.first_may_end.set()
-    leader = threading.Thread(target=rounds.call, args=(0,))
-    leader.start()
-    time.sleep(0.2)  # caller 1 is on its way: the leader holds its first round for it
-    assert rounds.rounds == []
-    with rounds.cond:
-        on_the_way[0] = 0
-    rounds.call(1)  # the last one on its way: the round starts, covering both
-    leader.join(JOIN_TIMEOUT_SECONDS)
-    assert not leader.is_alive(), "the leader waited for callers that were not on their way"
-    assert rounds.rounds == [2]
-    assert rounds.outcomes == {0: None, 1: None}
-
-
-def test_with_first_and_nobody_on_the_way_a_lone_caller_is_synced_at_once():
-    gather = Gather(files=100, seconds=3600.0, first=True)
-    gather.coming = lambda _key: 0
-    rounds = Rounds(gather)
-    rounds.first_may_end.set()
-    rounds.call(0)  # leads, and returns once nobody is left: no wait for the hour
-    assert rounds.rounds == [1]
-    assert rounds.outcomes == {0: None}
