@@ -320,9 +320,10 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
-        #: Of those, the count whose files are written (a saver's ``next`` of ``_writes``): the rest are on their
-        #: way to a ``syncfs`` round, which does not wait for more once none is (:meth:`_coming`).
-        self._writes = itertools.count(1)
+        #: Of those, the count whose files are written: the rest are on their way to a ``syncfs`` round, which does
+        #: not wait for more once none is (:meth:`_coming`). Savers add to it under ``_counts`` (a count read stale
+        #: would hold a round for nobody until the next job); any thread reads it.
+        self._counts = threading.Lock()
         self._written = 0
         #: ``auto``: the machine's dirty data that is not mq's.
         self.foreign = ForeignDirt()
@@ -647,7 +648,8 @@ class Savers(Executor):
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
             if job.here == 0:
-                self._written = next(self._writes)
+                with self._counts:
+                    self._written += 1
             if job.syncfs and any(job.written):
                 self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:
