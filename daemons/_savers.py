@@ -320,11 +320,6 @@ class Savers(Executor):
         self._sent = 0
         self._finished = itertools.count(1)
         self._done = 0
-        #: Of those, the count whose files are written: the rest are on their way to a ``syncfs`` round, which does
-        #: not wait for more once none is (:meth:`_coming`). Savers add to it under ``_counts`` (a count read stale
-        #: would hold a round for nobody until the next job); any thread reads it.
-        self._counts = threading.Lock()
-        self._written = 0
         #: ``auto``: the machine's dirty data that is not mq's.
         self.foreign = ForeignDirt()
 
@@ -345,16 +340,7 @@ class Savers(Executor):
         if self.syncfs:
             shared = SharedRounds(SHARED_ROUNDS) if SHARED_ROUNDS else None
             self.store.disk.use_syncfs(self.store.layout.root, shared)
-            if self.store.disk.files is not None:
-                self.store.disk.files.gather.coming = self._coming
         return self.syncfs
-
-    def _coming(self) -> int:
-        """Jobs handed over whose files are not all written yet (any thread; two reads of ints, no lock): a
-        ``syncfs`` round that follows another starts at once when none is, instead of waiting for the gather's
-        time (``mqcore.protocol._fs.Gather.coming``), since no send could join it meanwhile but one that arrives
-        over the network, which the round after it covers."""
-        return self._sent - self._written
 
     # -- event loop ------------------------------------------------------------
 
@@ -647,9 +633,6 @@ class Savers(Executor):
                 except MQError as exc:
                     job.results[i] = exc
         if next(job.parts_done) == len(job.bounds) - 1:
-            if job.here == 0:
-                with self._counts:
-                    self._written += 1
             if job.syncfs and any(job.written):
                 self.store.disk.syncfs_later(lambda error: self._files_synced(job, error), job.syncfs_epoch)
             else:

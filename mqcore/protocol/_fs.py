@@ -195,11 +195,10 @@ class Gather:
     """When a round that follows another starts (:func:`join_or_lead`): fuller rounds, fewer system calls.
 
     When a round ends, its leader goes on leading: the next round starts once ``files`` callers
-    wait for it, or ``seconds`` after the previous round ended if at least one does, or, with
-    :attr:`coming` set, as soon as ``coming()`` says no other caller is on its way; if none came by
-    then, the leader stops and the next caller leads a round that starts at once. So a caller waits
-    for the gather at most ``seconds`` after the round before its own ended (a lone caller that
-    finds nobody leading not at all), and under load each round covers what came during the
+    wait for it, or ``seconds`` after the previous round ended if at least one does; if none came
+    by then, the leader stops and the next caller leads a round that starts at once. So a caller
+    waits for the gather at most ``seconds`` after the round before its own ended (a lone caller
+    that finds nobody leading not at all), and under load each round covers what came during the
     previous round and the gather after it.
 
     Args:
@@ -207,39 +206,29 @@ class Gather:
         seconds: How long after a round ended the leader waits for callers of the next one.
     """
 
-    __slots__ = ("coming", "files", "seconds")
+    __slots__ = ("files", "seconds")
 
     def __init__(self, files: int, seconds: float) -> None:
         self.files = files
         self.seconds = seconds
-        #: None, or how many callers are on their way (any thread may call it; it must be quick and take no lock
-        #: of the group commit's): 0 ends the gather at once, since waiting could only delay its callers.
-        #: mq's savers set it to the sends they are writing for a round (daemons/_savers.py); a caller that comes
-        #: after all joins the next round.
-        self.coming: Callable[[], int] | None = None
 
     def wait(self, cond: threading.Condition, callers: list[Done], ended: float) -> None:
-        """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` have passed,
-        or (:attr:`coming`) no caller is on its way.
+        """Hold the leader (``cond`` held) until ``callers`` holds :attr:`files` or :attr:`seconds` have passed.
 
         Args:
             cond: The group commit's lock (held; released while waiting).
             callers: The list the callers of the next round are appended to.
             ended: ``time.monotonic()`` when the previous round ended.
         """
-        coming = self.coming
         while len(callers) < self.files:
-            if coming is not None and coming() <= 0:  # nobody on the way: waiting could only delay
-                return
             left = ended + self.seconds - time.monotonic()
             if left <= 0:
                 return
             cond.wait(left)
 
     def left(self, cond: threading.Condition, callers: list[Done]) -> None:
-        """A caller was appended to ``callers`` (``cond`` held): wake the leader once there are :attr:`files`,
-        or (:attr:`coming`) once no other caller is on its way."""
-        if len(callers) == self.files or (self.coming is not None and self.coming() <= 0):
+        """A caller was appended to ``callers`` (``cond`` held): wake the leader once there are :attr:`files`."""
+        if len(callers) == self.files:
             cond.notify()
 
 
@@ -383,8 +372,8 @@ class FsSyncer:
         self._shared = shared
         #: Rounds of another process whose outcome this one took (``shared`` only).
         self.borrowed = 0
-        #: When a round that follows another starts (its ``coming``: set by the caller that knows who is on the way).
-        self.gather = Gather(SYNCFS_GATHER_FILES, SYNCFS_GATHER_SECONDS)
+        #: When a round that follows another starts.
+        self._gather = Gather(SYNCFS_GATHER_FILES, SYNCFS_GATHER_SECONDS)
 
     def epoch(self) -> int:
         """The count of failed rounds: read it before writing the files that :meth:`sync_later` is to cover."""
@@ -415,7 +404,7 @@ class FsSyncer:
             checked,
             self._sync if self._shared is None else self._sync_shared,
             "syncfs",
-            self.gather,
+            self._gather,
         )
 
     def _call(self) -> int:

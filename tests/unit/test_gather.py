@@ -107,22 +107,3 @@ def test_a_round_that_follows_another_starts_when_the_gather_time_passed():
     assert not leader.is_alive(), "the leader waited for callers that never came"
     assert rounds.rounds == [1, 1]
     assert rounds.outcomes == {0: None, 1: None}
-
-
-def test_a_round_that_follows_another_starts_at_once_when_no_caller_is_on_its_way():
-    gather = Gather(files=100, seconds=3600.0)
-    on_the_way = [1]  # caller 2 is being written
-    gather.coming = lambda: on_the_way[0]
-    rounds = Rounds(gather)
-    leader = _lead(rounds)
-    rounds.call(1)
-    rounds.first_may_end.set()
-    time.sleep(0.2)  # the leader gathers: caller 2 is still on its way
-    assert rounds.rounds == [1]
-    with rounds.cond:
-        on_the_way[0] = 0
-    rounds.call(2)  # the last one on its way: the round starts without waiting for the gather's hour
-    leader.join(JOIN_TIMEOUT_SECONDS)
-    assert not leader.is_alive(), "the leader waited for callers that were not on their way"
-    assert rounds.rounds == [1, 2]
-    assert rounds.outcomes == {0: None, 1: None, 2: None}
