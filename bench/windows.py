@@ -38,6 +38,9 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from bench.bars import _div as _ratio
+from bench.bars import _get as get_in
+
 #: Rounds of (loop window, mq window) per compared pair (issue 12: "at least three alternating rounds"); even, so that
 #: each side goes first in half of them.
 DEFAULT_ROUNDS = 4
@@ -75,16 +78,8 @@ def alternate(rounds: int, loop: Window, mq: Window) -> tuple[list[dict[str, Any
 
 
 def _get(row: dict[str, Any], path: str) -> Any:
-    node: Any = row
-    for key in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
-
-
-def _ratio(a: Any, b: Any) -> float | None:
-    return round(float(a) / float(b), 3) if a is not None and b else None
+    """The value at dotted ``path`` in ``row`` (bench.bars' walk), None where a key is missing."""
+    return get_in(row, *path.split("."))
 
 
 def _median(values: list[float | None]) -> float | None:
