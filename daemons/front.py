@@ -79,8 +79,6 @@ from daemons._inline import INLINE_IO_MODES
 from daemons._metrics import DEFAULT_MAX_QUEUES, metrics_middleware
 from daemons._savers import FILE_SYNC_MODES
 from daemons._settings import DEFAULT_MAX_BATCH_MESSAGES, DEFAULT_MAX_MESSAGE_BYTES, Settings
-from daemons._sqs import sqs_endpoint
-from daemons._sqs_auth import IGNORED_CREDENTIALS
 from daemons._stopguard import DEFAULT_STOP_TIMEOUT_SECONDS
 from mqcore.errors import ConfigError
 from mqcore.fsinfo import journal_warning, shared_warning
@@ -106,6 +104,18 @@ MAX_HEADER_FIELD_BYTES = 32_768
 #: (docs/performance.md, "Leaner HTTP path"). A connection so holds at most 2 MiB of a body not yet
 #: read, what one send of the largest message (``--max-message-size``, 1 MiB) holds anyway once read.
 READ_BUFFER_BYTES = 1_048_576
+
+
+async def sqs_endpoint(request: web.Request) -> web.Response:
+    """POST / and POST /<account>/<queue>: :func:`daemons._sqs.sqs_endpoint`, imported by the first SQS request.
+
+    A start that serves no SQS request never imports the SQS modules (``daemons._sqs``, ``mqcore.sqs``,
+    ``sqs_query``, ``sqs_fifo``: ~10 ms of the ~0.5 s every mq start spends importing; docs/performance.md,
+    "Fewer daemon start-up costs", stop 29). Same answers as calling it directly.
+    """
+    from daemons._sqs import sqs_endpoint as endpoint
+
+    return await endpoint(request)
 
 
 def make_app(broker: Broker, auth: _auth.Authenticator | None = None) -> web.Application:
@@ -241,6 +251,8 @@ async def serve(
         _runtime.install_reload_signal(auth.reload)
         logger.info("auth file %s: %d tokens (SIGHUP reloads it)", settings.auth_file, auth.count)
         if settings.sqs_credentials:  # docs/sqs.md "Authentication": the auth file's access keys win
+            from daemons._sqs_auth import IGNORED_CREDENTIALS
+
             logger.warning("%s", IGNORED_CREDENTIALS.format(settings.sqs_credentials))
     elif shutdown_trigger is None:  # systemctl reload must not kill mq: SIGHUP only says there is nothing to reload
         _runtime.install_reload_signal(lambda: logger.info("nothing to reload (no --auth-file)"))
