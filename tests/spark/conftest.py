@@ -15,6 +15,7 @@ under ``CI=true`` (where the Spark suite must run) it fails instead, as the
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import re
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,29 +141,120 @@ def favour_driver() -> Callable[[int], None]:
     return favour
 
 
+#: Where the class-data-sharing archives of Spark's classes are kept between runs (one per Java, pyspark and options).
+CDS_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mq" / "spark-cds"
+
+#: The run that makes the archive: a local session that loads what the tests' JVMs load (a shuffle, the mq
+#: format's batch read and an availableNow stream), then exits, so the JVM writes every class it loaded.
+_CDS_DUMP = """
+import sys
+from pathlib import Path
+from mqcore.client import LocalClient
+from mqcore.spark.session import spark_session
+
+work, archive = Path(sys.argv[1]), sys.argv[2]
+option = {"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={archive}"}
+spark = spark_session("local[1]", work, app_name="mq-cds", extra=option, quick_jvm=True)
+spark.range(100).selectExpr("id % 7 AS k").groupBy("k").count().collect()
+root = work / "root"
+root.mkdir()
+with LocalClient(str(root)) as client:
+    client.create_queue("q")
+    client.send_batch("q", [f"m{i}" for i in range(20)])
+assert len(spark.read.format("mq").options(root=str(root), queue="q").load().collect()) == 20
+stream = spark.readStream.format("mq").options(root=str(root), queue="q").load()
+query = stream.writeStream.format("memory").queryName("q").option("checkpointLocation", str(work / "checkpoint"))
+query = query.trigger(availableNow=True).start()
+query.awaitTermination(300)
+spark.stop()
+"""
+
+
+def _cds_key(java_options: str) -> str:
+    """What an archive depends on: the Java build, the installed pyspark's jars, and the JVM options."""
+    import pyspark
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java") or "java"
+    version = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False).stderr
+    jars = Path(pyspark.__file__).parent / "jars"
+    listing = sorted(f"{p.name}:{p.stat().st_size}" for p in jars.iterdir())
+    text = "\n".join([version, str(jars), java_options, *listing])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def spark_java_options(work: Path) -> str:
+    """QUICK_JAVA_OPTIONS plus ``-XX:SharedArchiveFile`` of an archive of Spark's classes, made once and cached.
+
+    Every Spark JVM of the run (master, workers, drivers, executors: ~14) loads and verifies the same ~10,000
+    classes of Spark's jars at start; with the classes in a dynamic class-data-sharing archive (JDK 13+,
+    ``-XX:ArchiveClassesAtExit``) they are mapped instead: a local session's JVM spent 9.6 CPU-s instead of 18.5-20.5
+    on a start and two small jobs (docs/performance.md, "Spark's tests: Spark's classes from a shared archive").
+    The archive is made by one local session (~45 CPU-s) the first time, in :data:`CDS_CACHE` (~170 MB; one per
+    venv, as the jars' path is part of the classpath), and reused while the Java build,
+    pyspark's jars and the options are the same. A JVM whose classpath or build does not match the archive ignores
+    it (``-Xshare:auto``, the default); if the archive cannot be made, the JVMs run without one.
+
+    Args:
+        work: A scratch folder for the archive-making session (created).
+    """
+    from mqcore.spark.session import QUICK_JAVA_OPTIONS
+
+    archive = CDS_CACHE / f"spark-{_cds_key(QUICK_JAVA_OPTIONS)}.jsa"
+    if not archive.exists():
+        CDS_CACHE.mkdir(parents=True, exist_ok=True)
+        partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+        work.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(work), "PYSPARK_PYTHON": sys.executable}
+        try:
+            subprocess.run(
+                [sys.executable, "-c", _CDS_DUMP, str(work), str(partial)],
+                env=env,
+                capture_output=True,
+                timeout=600,
+                check=True,
+            )
+            os.replace(partial, archive)
+        except (OSError, subprocess.SubprocessError):
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            return QUICK_JAVA_OPTIONS
+    return f"{QUICK_JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
+
+
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_baseline: set[str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark_jvm_options(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """:func:`spark_java_options` for every Spark JVM of the run (cluster, sessions, crash job, flights example)."""
+    if _missing() is not None:
+        return ""
+    return spark_java_options(tmp_path_factory.mktemp("spark-cds"))
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(
+    tmp_baseline: set[str], tmp_path_factory: pytest.TempPathFactory, spark_jvm_options: str
+) -> Iterator[Any]:
     """The run's Spark standalone cluster: a master and two workers on 127.0.0.1 (mqcore.spark.cluster).
 
     Each worker offers 2 cores and 2 GB; an app takes 2 cores (one executor per worker), so the
     run's shared session and one job it starts in a subprocess (crash test, flights example)
-    fit at once. The JVMs run with QUICK_JAVA_OPTIONS (C1 only, serial GC: much less CPU spent
-    warming up on a 2-core machine). Every process is killed by process group and tree at the end.
+    fit at once. The JVMs run with :func:`spark_jvm_options` (C1 only, serial GC, Spark's classes from a shared
+    archive: much less CPU spent starting and warming up on a 2-core machine). Every process is killed by process
+    group and tree at the end.
     """
     reason = _missing()
     if reason is not None:
         spark_unavailable(reason)
     from mqcore.spark.cluster import StandaloneCluster
-    from mqcore.spark.session import QUICK_JAVA_OPTIONS
 
     _favour_spark_in_a_parallel_run()
     work = tmp_path_factory.mktemp("spark-cluster")
-    with StandaloneCluster(work, workers=2, cores=2, memory="2g", java_options=QUICK_JAVA_OPTIONS) as cluster:
+    with StandaloneCluster(work, workers=2, cores=2, memory="2g", java_options=spark_jvm_options) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="session")
-def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory, spark_jvm_options: str) -> Iterator[Any]:
     """The run's SparkSession on :func:`spark_cluster`, with the ``mq`` format registered.
 
     Its executors are separate JVMs with their own Python workers (they unpickle the source
@@ -175,7 +268,8 @@ def spark(spark_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     os.environ["PYSPARK_PYTHON"] = sys.executable
     try:
         work = tmp_path_factory.mktemp("spark-driver")
-        session = spark_session(spark_cluster.url, work, app_name="mq-tests", quick_jvm=True, driver_nice=driver_nice())
+        jvm = {f"spark.{side}.extraJavaOptions": spark_jvm_options for side in ("driver", "executor")}
+        session = spark_session(spark_cluster.url, work, app_name="mq-tests", extra=jvm, driver_nice=driver_nice())
         yield session
         session.stop()
     finally:

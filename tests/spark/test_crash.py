@@ -102,13 +102,15 @@ def _job(argv: list[str]) -> int:
     parser.add_argument("--sink", required=True)
     parser.add_argument("--max-per-batch", required=True)
     parser.add_argument("--hold", type=int, default=-1)
+    parser.add_argument("--java-options", default="")
     args = parser.parse_args(argv)
 
     from mqcore.spark.session import spark_session
 
     # One executor (the app's own JVM to start on a loaded 2-core machine is the cost of this test).
     extra = {"spark.cores.max": "1"}
-    spark = spark_session(args.master, Path(args.work_dir), app_name="mq-crash-stream", extra=extra, quick_jvm=True)
+    extra.update({f"spark.{side}.extraJavaOptions": args.java_options for side in ("driver", "executor")})
+    spark = spark_session(args.master, Path(args.work_dir), app_name="mq-crash-stream", extra=extra)
     run = f"stream-{os.getpid()}"
     _log(f"session started ({run})")
     start_query(spark, args, run, processingTime="0.5 seconds").awaitTermination()  # until SIGKILL
@@ -126,9 +128,12 @@ def _log(text: str) -> None:
 class Job:
     """The driver subprocess, in its own process group, with its output in a file."""
 
-    def __init__(self, tmp: Path, master: str, url: str, queue: str, max_per_batch: int, hold: int) -> None:
+    def __init__(
+        self, tmp: Path, master: str, url: str, queue: str, max_per_batch: int, hold: int, java_options: str
+    ) -> None:
         self.log = tmp / "stream.log"
         command = [sys.executable, __file__, "--master", master, "--work-dir", str(tmp / "driver")]
+        command += ["--java-options", java_options]
         command += ["--url", url, "--queue", queue, "--checkpoint", str(tmp / "checkpoint")]
         command += ["--sink", str(tmp / "sink"), "--max-per-batch", str(max_per_batch), "--hold", str(hold)]
         with self.log.open("w") as out:
@@ -170,7 +175,7 @@ def _sink_rows(sink: Path) -> list[dict[str, str]]:
 
 
 def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_nothing(
-    spark: Any, spark_cluster: Any, stack_factory: Any, tmp_path: Path, favour_driver: Any
+    spark: Any, spark_cluster: Any, stack_factory: Any, tmp_path: Path, favour_driver: Any, spark_jvm_options: str
 ) -> None:
     from mqcore.client import Client
 
@@ -187,7 +192,7 @@ def test_kill_9_of_the_driver_mid_stream_then_restart_from_checkpoint_loses_noth
         assert all(isinstance(r, str) for r in results), [r for r in results if not isinstance(r, str)][:3]
         sent = dict(zip(results, bodies, strict=True))
 
-        stream = Job(tmp_path, spark_cluster.url, stack.url, queue, STREAM_BATCH, HOLD_BATCH)
+        stream = Job(tmp_path, spark_cluster.url, stack.url, queue, STREAM_BATCH, HOLD_BATCH, spark_jvm_options)
         favour_driver(stream.proc.pid)
         try:
             _wait(lambda: list(sink.glob(f"batch-{HOLD_BATCH:06d}-*.jsonl")), f"batch {HOLD_BATCH} in the sink", stream)

@@ -49,17 +49,15 @@ def _require_spark_and_flights() -> None:
 
 
 def test_flights_example_runs_end_to_end_on_the_cluster_and_its_cross_check_passes(
-    spark_cluster: Any, tmp_path: Path, favour_driver: Any
+    spark_cluster: Any, tmp_path: Path, favour_driver: Any, spark_jvm_options: str
 ) -> None:
     _require_spark_and_flights()
     output = tmp_path / "flights_by_carrier_month.parquet"
     command = [sys.executable, "-m", "examples.flights", "--limit", str(LIMIT), "--output", str(output)]
     command += ["--max-messages-per-batch", "400", "--master", spark_cluster.url]
     # The test cluster's quick JVM settings for the example's driver and executors too (tests/spark/conftest.py).
-    from mqcore.spark.session import QUICK_JAVA_OPTIONS
-
     for side in ("driver", "executor"):
-        command += ["--conf", f"spark.{side}.extraJavaOptions={QUICK_JAVA_OPTIONS}"]
+        command += ["--conf", f"spark.{side}.extraJavaOptions={spark_jvm_options}"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MQ_")}
     env["TMPDIR"] = str(tmp_path)  # the example's work directory (stack root, checkpoint) goes under tmp_path
     # Its own process group: on a timeout, the example, its mq-stack (and daemons) and its JVM all get SIGKILL.
