@@ -15,9 +15,7 @@
 # Needs root, /dev/fuse and the glusterfs-server and glusterfs-client packages (scripts/test.sh installs
 # them under root). Only 127.0.0.2 is used: nothing listens on any other address.
 # The volume options are the ones docs/protocol.md section 13 requires (durability) and recommends
-# (cross-host visibility), and three that save the bricks work mq does not use (ctime xattrs, gfid2path
-# xattrs, SELinux labels: ~10 % of GlusterFS's CPU per operation, docs/cluster.md); the mount options turn
-# the kernel's attribute and entry caches off.
+# (cross-host visibility); the mount options turn the kernel's attribute and entry caches off.
 set -euo pipefail
 
 STATE=${MQ_GLUSTER_STATE:-/tmp/mq-gluster}
@@ -40,9 +38,6 @@ VOLUME_OPTIONS=(
     cluster.ensure-durability on
     cluster.quorum-type auto
     network.ping-timeout 5
-    features.ctime off
-    storage.gfid2path off
-    features.selinux off
 )
 
 cli() { gluster --mode=script --glusterd-sock="$SOCK" --log-file="$STATE/log/cli.log" "$@"; }
