@@ -27,9 +27,22 @@ fi
 # that may write that cache, on the core mypy leaves idle, lets every worker read it (docs/performance.md).
 PYTHONDONTWRITEBYTECODE='' .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider > /dev/null 2>&1 &
 warm=$!
+# Spark's class-data-sharing archive (tests/spark/conftest.py, spark_java_options: every Spark JVM of the tests maps
+# Spark's classes from it), made once per venv and cached in ~/.cache/mq/spark-cds. Made here, beside mypy, when it
+# is missing: made inside the Spark tests' first set-up, under the whole suite's load, it took that set-up past its
+# 240 s timeout (docs/performance.md, stop 29). Without Java or pyspark it does nothing; if it fails, the JVMs run
+# without an archive.
+.venv/bin/python -c 'import tempfile
+from pathlib import Path
+from tests.spark.conftest import _missing, spark_java_options
+if _missing() is None:
+    with tempfile.TemporaryDirectory(prefix="mq-cds-work-") as work:
+        spark_java_options(Path(work) / "session")' > /dev/null 2>&1 &
+cds=$!
 # The type gate: mypy --strict over mqcore and daemons (config in pyproject.toml, [tool.mypy]).
-.venv/bin/python -m mypy || { kill "$warm" 2> /dev/null; exit 1; }
+.venv/bin/python -m mypy || { kill "$warm" "$cds" 2> /dev/null; exit 1; }
 wait "$warm" || true  # a collection error shows again in the run itself
+wait "$cds" || true
 # The tests start a few hundred daemon and mqctl processes: compile the sources once, so that none of
 # them compiles the same modules again (PYTHONDONTWRITEBYTECODE=1 environments never cache them).
 .venv/bin/python -m compileall -q mqcore daemons
