@@ -32,12 +32,7 @@ warm=$!
 # is missing: made inside the Spark tests' first set-up, under the whole suite's load, it took that set-up past its
 # 240 s timeout (docs/performance.md, stop 29). Without Java or pyspark it does nothing; if it fails, the JVMs run
 # without an archive.
-.venv/bin/python -c 'import tempfile
-from pathlib import Path
-from tests.spark.conftest import _missing, spark_java_options
-if _missing() is None:
-    with tempfile.TemporaryDirectory(prefix="mq-cds-work-") as work:
-        spark_java_options(Path(work) / "session")' > /dev/null 2>&1 &
+.venv/bin/python -c 'from tests.spark.conftest import spark_jvm_options_here; spark_jvm_options_here()' > /dev/null 2>&1 &
 cds=$!
 # The type gate: mypy --strict over mqcore and daemons (config in pyproject.toml, [tool.mypy]).
 .venv/bin/python -m mypy || { kill "$warm" "$cds" 2> /dev/null; exit 1; }

@@ -222,12 +222,21 @@ def spark_java_options(work: Path) -> str:
     return f"{QUICK_JAVA_OPTIONS} -XX:SharedArchiveFile={archive}"
 
 
-@pytest.fixture(scope="session")
-def spark_jvm_options(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """:func:`spark_java_options` for every Spark JVM of the run (cluster, sessions, crash job, flights example)."""
+def spark_jvm_options_here() -> str:
+    """:func:`spark_java_options` where Spark can run (its archive made in a temporary folder if missing), else "".
+
+    ``scripts/test.sh`` calls it beside mypy, so that the archive exists before the Spark tests' first set-up.
+    """
     if _missing() is not None:
         return ""
-    return spark_java_options(tmp_path_factory.mktemp("spark-cds"))
+    with tempfile.TemporaryDirectory(prefix="mq-cds-work-") as work:
+        return spark_java_options(Path(work) / "session")
+
+
+@pytest.fixture(scope="session")
+def spark_jvm_options() -> str:
+    """:func:`spark_jvm_options_here` for every Spark JVM of the run (cluster, sessions, crash job, flights example)."""
+    return spark_jvm_options_here()
 
 
 @pytest.fixture(scope="session")
