@@ -49,7 +49,13 @@ def new_page(chromium: Any) -> tuple[Any, list[str], list[str]]:
     js_errors: list[str] = []
     console_errors: list[str] = []
     page.on("pageerror", lambda exc: js_errors.append(str(exc)))
-    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+
+    def on_console(msg: Any) -> None:
+        # The message and the URL it is about (for "Failed to load resource", the resource's).
+        if msg.type == "error":
+            console_errors.append(f"{msg.text} <{msg.location.get('url', '')}>")
+
+    page.on("console", on_console)
     return page, js_errors, console_errors
 
 
@@ -164,7 +170,11 @@ def test_console_walkthrough(chromium: Any, live_stack: Any, tmp_path: Path) -> 
     page.screenshot(path=str(shots / "console-queues.png"))
 
     assert js_errors == []
-    assert console_errors == []
+    # The list fetches each listed queue's counts after listing: a poll that listed orders.fifo just
+    # before the DELETE above gets a 404 for it (the row shows "—" until the next poll), and Chromium
+    # logs every failed fetch. That one is the test's own doing; any other error fails the test.
+    deleted_under_the_list = f"404 (Not Found) <{base}/orders.fifo>"
+    assert [e for e in console_errors if not e.endswith(deleted_under_the_list)] == [], console_errors
     page.close()
 
 
