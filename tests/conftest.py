@@ -18,6 +18,7 @@ import dataclasses
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -50,6 +51,13 @@ _MQ_URL_RE = re.compile(r"mq listening on (https?://[^\s/]+)")
 #: serves TLS without asking for client certificates), so OpenSSL's default CA locations point at nothing here and
 #: the contexts load no certificates (docs/performance.md, "Fewer daemon start-up costs", stop 29).
 DAEMON_ENV = {"SSL_CERT_FILE": "/nonexistent/mq-tests-no-ca-file", "SSL_CERT_DIR": "/nonexistent/mq-tests-no-ca-dir"}
+
+#: ``verify=`` for the tests' httpx clients of plain-HTTP URLs: a TLS context that trusts no CA, made once. httpx's
+#: default (``verify=True``) builds a context from certifi's bundle for every client, ~55 ms of CPU each, and
+#: ``httpx.get()`` and its siblings make a client per call (about a thousand a run, most in tests/cluster; stop 30
+#: in docs/performance.md). A plain-HTTP client never uses it; a TLS peer would be refused. mq's own clients do
+#: the same (``mqcore/client/_http.py``).
+PLAIN_HTTP = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 class DaemonError(AssertionError):

@@ -26,7 +26,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.conftest import REPO, Daemon, DaemonError, Daemons, Stack, wait_for
+from tests.conftest import PLAIN_HTTP, REPO, Daemon, DaemonError, Daemons, Stack, wait_for
 
 #: Seconds a stack of ``mq --processes 2`` may take to start: three interpreters import mq at once
 #: (supervisor, then both workers in parallel), twice the work of a single mq, on a machine that a
@@ -317,10 +317,10 @@ def test_under_socket_activation_the_workers_share_systemds_socket(tmp_path) -> 
             time.sleep(0.05)
         assert f"mq listening on http://127.0.0.1:{port} " in "".join(lines)
         assert "one shared socket" in "".join(lines)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, verify=PLAIN_HTTP) as client:
             assert client.put("/activated").status_code == 201
-        for i in range(30):
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:  # a new connection each
+        for i in range(30):  # a new connection each
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, verify=PLAIN_HTTP) as client:
                 assert client.post("/activated/messages", content=f"{i}".encode()).status_code == 201
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, Daemons
+from tests.conftest import PLAIN_HTTP, REPO, Daemons
 
 #: Longest any wait here may take, in seconds.
 BOUND_SECONDS = 15.0
@@ -132,7 +132,7 @@ def test_socket_activation_serves_the_inherited_socket_and_a_restart_loses_no_co
     try:
         assert any("socket activation: serving the socket systemd passed" in line for line in log), log
         assert any(f"mq listening on http://127.0.0.1:{port}" in line for line in log), log
-        assert httpx.put(f"{url}/activated", timeout=BOUND_SECONDS).status_code == 201
+        assert httpx.put(f"{url}/activated", timeout=BOUND_SECONDS, verify=PLAIN_HTTP).status_code == 201
         # mq goes away; the socket stays (held by "systemd", here this test): a client connects meanwhile.
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(BOUND_SECONDS) == 0
