@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,39 @@ spark.stop()
 """
 
 
+#: Archives in :data:`CDS_CACHE` not used for this many days are deleted (~170 MB each; one per venv, Java and pyspark).
+CDS_KEEP_DAYS = 7
+
+
+def prune_archives(keep: Path, *, now: float | None = None) -> list[Path]:
+    """Mark ``keep`` used now, and delete the other archives in its folder not used for :data:`CDS_KEEP_DAYS` days.
+
+    "Used" is the file's modification time, set to now on every use (:func:`spark_java_options` calls this for
+    the archive a run maps; a JVM does not check its archive's own times, only the jars'): so an archive of a venv
+    that was deleted or of a pyspark or Java since upgraded ages out a week after its last run. Leftovers of an
+    interrupted making run (``spark-*.jsa.<pid>.tmp``) go by the same rule. Errors (a file another user owns,
+    one gone meanwhile) are ignored: pruning never fails a run.
+
+    Args:
+        keep: The archive in use (it may not exist yet); its folder is the one pruned.
+        now: The current time (epoch seconds; tests); :func:`time.time` if None.
+    Returns:
+        The files deleted.
+    """
+    now = time.time() if now is None else now
+    with contextlib.suppress(OSError):
+        os.utime(keep, (now, now))
+    removed = []
+    for path in keep.parent.glob("spark-*.jsa*"):
+        if path == keep or not (path.suffix == ".jsa" or path.name.endswith(".tmp")):
+            continue
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime > CDS_KEEP_DAYS * 86400:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 def _cds_key(java_options: str) -> str:
     """What an archive depends on: the Java build, the installed pyspark's jars, and the JVM options."""
     import pyspark
@@ -193,7 +227,8 @@ def spark_java_options(work: Path) -> str:
     The archive is made by one local session (~45 CPU-s) the first time, in :data:`CDS_CACHE` (~170 MB; one per
     venv, as the jars' path is part of the classpath), and reused while the Java build,
     pyspark's jars and the options are the same. A JVM whose classpath or build does not match the archive ignores
-    it (``-Xshare:auto``, the default); if the archive cannot be made, the JVMs run without one.
+    it (``-Xshare:auto``, the default); if the archive cannot be made, the JVMs run without one. Each call marks the
+    archive used and deletes the folder's archives unused for :data:`CDS_KEEP_DAYS` days (:func:`prune_archives`).
 
     Args:
         work: A scratch folder for the archive-making session (created).
@@ -201,6 +236,7 @@ def spark_java_options(work: Path) -> str:
     from mqcore.spark.session import QUICK_JAVA_OPTIONS
 
     archive = CDS_CACHE / f"spark-{_cds_key(QUICK_JAVA_OPTIONS)}.jsa"
+    prune_archives(archive)
     if not archive.exists():
         CDS_CACHE.mkdir(parents=True, exist_ok=True)
         partial = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
