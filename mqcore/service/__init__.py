@@ -48,25 +48,29 @@ Waiting (long polls, capacity waits), threads, HTTP    the drivers: ``daemons/``
 
 from __future__ import annotations
 
-from mqcore.service.attempts import Attempt, KeyedLocks, attempted_receive, load_attempt, record_attempt, relet
-from mqcore.service.capacity import SendReservations, admit, queue_full
-from mqcore.service.handles import LeaseMemory, check_handle
-from mqcore.service.plans import Blocking, run_async, run_sync
-from mqcore.service.queues import queue_stats
-from mqcore.service.receive import LeaseOutcome, lease_names, lease_policy, redeliver_due
-from mqcore.service.redrive import RedrivePacer, redrive_task
-from mqcore.service.requests import (
-    DELAY_SECONDS,
-    MAX_MESSAGES,
-    PEEK_LIMIT,
-    REDRIVE_RATE,
-    VISIBILITY_TIMEOUT_SECONDS,
-    WAIT_TIME_SECONDS,
-    Limit,
-    ReceiveArgs,
-    ReceiveRequest,
-    check_receive,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mqcore.service.attempts import Attempt, KeyedLocks, attempted_receive, load_attempt, record_attempt, relet
+    from mqcore.service.capacity import SendReservations, admit, queue_full
+    from mqcore.service.handles import LeaseMemory, check_handle
+    from mqcore.service.plans import Blocking, run_async, run_sync
+    from mqcore.service.queues import queue_stats
+    from mqcore.service.receive import LeaseOutcome, lease_names, lease_policy, redeliver_due
+    from mqcore.service.redrive import RedrivePacer, redrive_task
+    from mqcore.service.requests import (
+        DELAY_SECONDS,
+        MAX_MESSAGES,
+        PEEK_LIMIT,
+        REDRIVE_RATE,
+        VISIBILITY_TIMEOUT_SECONDS,
+        WAIT_TIME_SECONDS,
+        Limit,
+        ReceiveArgs,
+        ReceiveRequest,
+        check_receive,
+    )
 
 __all__ = [
     "DELAY_SECONDS",
@@ -101,3 +105,44 @@ __all__ = [
     "run_async",
     "run_sync",
 ]
+
+#: The module of :mod:`mqcore.service` each name of ``__all__`` comes from. They are imported on first use (PEP
+#: 562), not with the package: a program that needs one part (the HTTP client's :mod:`mqcore.service.plans`, so
+#: every ``mqctl --url`` command) does not import all the rules and :mod:`mqcore.protocol` with them
+#: (docs/performance.md, "mqctl and daemon start-ups (issue 12, stop 30)").
+_HOMES = {
+    name: module
+    for module, names in (
+        ("attempts", "Attempt KeyedLocks attempted_receive load_attempt record_attempt relet"),
+        ("capacity", "SendReservations admit queue_full"),
+        ("handles", "LeaseMemory check_handle"),
+        ("plans", "Blocking run_async run_sync"),
+        ("queues", "queue_stats"),
+        ("receive", "LeaseOutcome lease_names lease_policy redeliver_due"),
+        ("redrive", "RedrivePacer redrive_task"),
+        (
+            "requests",
+            "DELAY_SECONDS MAX_MESSAGES PEEK_LIMIT REDRIVE_RATE VISIBILITY_TIMEOUT_SECONDS WAIT_TIME_SECONDS Limit"
+            " ReceiveArgs ReceiveRequest check_receive",
+        ),
+    )
+    for name in names.split()
+}
+
+
+def __getattr__(name: str) -> Any:
+    """``from mqcore.service import run_sync`` (any name of ``__all__``) imports its module then (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is not one of ``__all__`` (nor a submodule already imported).
+    """
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
