@@ -506,3 +506,18 @@ def test_run_sync_throws_ctrl_c_into_the_plan_so_its_cleanup_runs_then_reraises(
     with pytest.raises(KeyboardInterrupt):
         plans.run_sync(plan())
     assert done == ["status written"]
+
+
+def test_every_name_the_service_package_exports_resolves_to_its_modules_object() -> None:
+    """``mqcore.service`` imports its parts on first use (PEP 562): every name of ``__all__`` has a home module,
+    resolves to that module's object, and no name outside ``__all__`` is served."""
+    import importlib
+
+    import mqcore.service as service
+
+    assert set(service._HOMES) == set(service.__all__)
+    for name in service.__all__:
+        home = importlib.import_module(f"mqcore.service.{service._HOMES[name]}")
+        assert getattr(service, name) is getattr(home, name), name
+    with pytest.raises(AttributeError):
+        service.not_a_service_name  # noqa: B018
