@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mqcore.names import Layout
 from tests.conftest import REPO, Daemons, Stack
 
 #: The script that builds and removes the volume.
@@ -165,7 +166,10 @@ class Gluster:
         with ``entry-timeout=0`` every such component is one more LOOKUP on each brick for every file operation
         (+14 % of the volume's CPU per component: docs/performance.md, "The cluster tests' GlusterFS CPU (issue
         12, stop 29)"). The directory is made once, through host 0's mount: three hosts making it at once
-        through three mounts race on GlusterFS (``EEXIST``, then ``EIO`` on the loser's ``stat``).
+        through three mounts race on GlusterFS (``EEXIST``, then ``EIO`` on the loser's ``stat``), and so do the
+        root's top-level folders, which every daemon makes at start: they are made here too, before any daemon
+        starts (a mkdir of one new name through three mounts at once gave ``EIO`` and bricks that disagree on the
+        directory's gfid in 2 of 40 tries: docs/performance.md, "The cluster tests' roots at their mount points").
 
         Args:
             name: Directory of the root on the volume (unique per test module).
@@ -174,6 +178,7 @@ class Gluster:
             subprocess.CalledProcessError: A bind mount failed.
         """
         (self.mounts[0] / name).mkdir(exist_ok=True)
+        Layout(self.mounts[0] / name).create()
         for host in range(hosts):
             if (host, name) not in self.binds:
                 path = self.state / "roots" / f"{name}-h{host + 1}"
