@@ -8,8 +8,9 @@
 #           directories (bricks on 127.0.0.2), and mount it $MQ_GLUSTER_HOSTS times (default 3) at
 #           $MQ_GLUSTER_STATE/hosts/h1, h2, ... Prints one mount point per line. Idempotent: what is
 #           already up is kept.
-#   down    unmount every host, stop the volume's processes (glusterfsd bricks, self-heal daemon,
-#           FUSE clients) and glusterd, and remove $MQ_GLUSTER_STATE. Idempotent.
+#   down    unmount every host (and the bind mounts under $MQ_GLUSTER_STATE/roots), stop the volume's
+#           processes (glusterfsd bricks, self-heal daemon, FUSE clients) and glusterd, and remove
+#           $MQ_GLUSTER_STATE. Idempotent.
 #   status  exit 0 if glusterd runs and every host is mounted, 1 otherwise.
 #
 # Needs root, /dev/fuse and the glusterfs-server and glusterfs-client packages (scripts/test.sh installs
@@ -115,6 +116,11 @@ EOF
 
 down() {
     local mp pid
+    # Bind mounts of the volume's directories under $STATE/roots (tests/cluster/conftest.py, Gluster.roots) go
+    # first: rm -rf below must not reach into the volume through one.
+    for mp in $(awk -v roots="$STATE/roots/" 'index($2, roots) == 1 {print $2}' /proc/mounts); do
+        umount -l "$mp" 2>/dev/null || true
+    done
     if [[ -d $STATE/hosts ]]; then
         for mp in "$STATE"/hosts/*; do
             if is_mounted "$mp"; then umount -l "$mp" 2>/dev/null || true; fi

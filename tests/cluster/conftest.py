@@ -4,7 +4,7 @@ The session-scoped :func:`gluster` fixture runs ``scripts/gluster.sh up`` (glust
 with its own state directory, a replica-3 volume on three brick directories, three FUSE mounts)
 once per test session and ``scripts/gluster.sh down`` at the end (docs/cluster.md). Each host
 runs its own full stack (mq on 127.0.0.3, .4, .5, mq-mover, mq-reaper) on a root inside its own
-mount, as three machines sharing one volume would.
+mount (bound at a mount point of its own: ``Gluster.roots``), as three machines sharing one volume would.
 
 Without root, /dev/fuse or the GlusterFS binaries a cluster test is skipped with the reason;
 under ``CI=true`` (where the cluster suite must run) it fails instead, as the ``faults`` and
@@ -23,13 +23,14 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from mqcore.names import Layout
 from tests.conftest import REPO, Daemons, Stack
 
 #: The script that builds and removes the volume.
@@ -89,10 +90,12 @@ class Gluster:
     Attributes:
         state: The state directory of ``scripts/gluster.sh`` (glusterd's files, bricks, mounts).
         mounts: One FUSE mount point per host.
+        binds: ``(host, name)`` -> the bind mount that is root ``name`` of the volume on that host (:meth:`roots`).
     """
 
     state: Path
     mounts: list[Path]
+    binds: dict[tuple[int, str], Path] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -146,9 +149,43 @@ class Gluster:
         return pids[0]
 
     def mount(self, host: int) -> None:
-        """Mount the volume again at host ``host``'s mount point (after a lost FUSE client), as ``gluster.sh up``."""
+        """Mount the volume again at host ``host``'s mount point (after a lost FUSE client), as ``gluster.sh up``,
+        and bind that host's roots (:meth:`roots`) to the new mount at the same places."""
         self.script("up")
         assert os.path.ismount(self.mounts[host]), f"{self.mounts[host]} not mounted again"
+        for (h, name), path in self.binds.items():
+            if h == host:
+                subprocess.run(["umount", "-l", str(path)], check=True, timeout=60)
+                subprocess.run(["mount", "--bind", str(self.mounts[h] / name), str(path)], check=True, timeout=60)
+
+    def roots(self, name: str, hosts: int = HOSTS) -> list[Path]:
+        """Root ``name`` of the volume as hosts 0 to ``hosts - 1`` see it, each at the top of a mount of its own.
+
+        Each is a bind mount of ``mounts[host] / name`` at ``state/roots/NAME-hN`` (made once per session, kept
+        until ``gluster.sh down``), so no path an mq daemon opens has a component between the mount and the root:
+        with ``entry-timeout=0`` every such component is one more LOOKUP on each brick for every file operation
+        (+14 % of the volume's CPU per component: docs/performance.md, "The cluster tests' GlusterFS CPU (issue
+        12, stop 29)"). The directory is made once, through host 0's mount: three hosts making it at once
+        through three mounts race on GlusterFS (``EEXIST``, then ``EIO`` on the loser's ``stat``), and so do the
+        root's top-level folders, which every daemon makes at start: they are made here too, before any daemon
+        starts (a mkdir of one new name through three mounts at once gave ``EIO`` and bricks that disagree on the
+        directory's gfid in 2 of 40 tries: docs/performance.md, "The cluster tests' roots at their mount points").
+
+        Args:
+            name: Directory of the root on the volume (unique per test module).
+            hosts: How many hosts (1-3).
+        Raises:
+            subprocess.CalledProcessError: A bind mount failed.
+        """
+        (self.mounts[0] / name).mkdir(exist_ok=True)
+        Layout(self.mounts[0] / name).create()
+        for host in range(hosts):
+            if (host, name) not in self.binds:
+                path = self.state / "roots" / f"{name}-h{host + 1}"
+                path.mkdir(parents=True, exist_ok=True)
+                subprocess.run(["mount", "--bind", str(self.mounts[host] / name), str(path)], check=True, timeout=60)
+                self.binds[host, name] = path
+        return [self.binds[host, name] for host in range(hosts)]
 
     def start_force(self) -> None:
         """``gluster volume start VOL force`` until every brick is online again.
@@ -268,7 +305,7 @@ class Host:
     Attributes:
         index: 0-based host number.
         address: The loopback address its mq listens on (127.0.0.3 + index).
-        root: The mq root, inside this host's own mount.
+        root: The mq root, a bind mount of a directory of this host's own mount (:meth:`Gluster.roots`).
         stack: mq + mq-mover + mq-reaper on ``root``.
     """
 
@@ -279,10 +316,14 @@ class Host:
 
 
 #: Daemon options on the shared filesystem (docs/cluster.md). mq's full rescans are rare: its directory change
-#: checks find other hosts' changes (a test relies on it); the movers rescan delay/ every second.
+#: checks find other hosts' changes (a test relies on it); the movers rescan delay/ every second (another host's
+#: leases: the host-kill and clock-skew tests rely on it). The reapers keep their default (60 s), as docs/cluster.md
+#: says: each host's deletes reach its own reaper by inotify, and no test waits for another host's to be unlinked;
+#: at one second the three reapers' rescans of remove/ and new/ cost an idle cluster ~4 % of a core
+#: (docs/performance.md, "The cluster tests' roots at their mount points (issue 12, stop 30)").
 CLUSTER_MQ_ARGS = ("--rescan-interval", "30")
 CLUSTER_MOVER_ARGS = ("--rescan-interval", "1")
-CLUSTER_REAPER_ARGS = ("--rescan-interval", "1")
+CLUSTER_REAPER_ARGS: tuple[str, ...] = ()
 #: Seconds each daemon of a host may take to be ready. Nine daemons start at once next to the bricks and FUSE
 #: clients; on the shared 2-core machine at load average 19, nine concurrent imports of mq alone took 35 s.
 CLUSTER_READY_TIMEOUT = 90.0
@@ -300,7 +341,7 @@ def start_hosts(
     envs: Sequence[dict[str, str] | None] = (),
     **options: Any,
 ) -> list[Host]:
-    """Start a full stack per host on root ``name`` of the volume (each through its own mount).
+    """Start a full stack per host on root ``name`` of the volume (each through its own mount: :meth:`Gluster.roots`).
 
     Args:
         daemons: Owner of the processes (stopped at teardown).
@@ -313,8 +354,10 @@ def start_hosts(
         options: More :meth:`Daemons.stack` options.
     """
 
+    roots = gluster.roots(name, hosts)
+
     def start(i: int) -> Host:
-        root = gluster.mounts[i] / name
+        root = roots[i]
         address = f"127.0.0.{3 + i}"
         host_env = {**(env or {}), **((envs[i] if i < len(envs) else None) or {})}
         stack = daemons.stack(

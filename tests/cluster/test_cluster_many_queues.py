@@ -47,7 +47,7 @@ ROOT = "manyqueues"
 @pytest.fixture(scope="module")
 def host(gluster: Gluster) -> Iterator[tuple[Host, Store, list[str]]]:
     """mq on host 0 with QUEUES queues indexed; a brokerless Store on the same root through host 1's mount."""
-    other = Store(gluster.mounts[1] / ROOT)
+    other = Store(gluster.roots(ROOT, hosts=2)[1])
     names = [f"many-{i:04d}" for i in range(QUEUES)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda q: other.create_queue(QueueName(q)), names))

@@ -46,8 +46,8 @@ def test_two_hosts_creating_one_name_at_once_retry_under_new_ids_and_each_send_i
     gluster: Gluster, record_property
 ):
     name, queue = "races-send", QueueName("q")
-    roots = [gluster.mounts[0] / name, gluster.mounts[1] / name]
-    third = Store(gluster.mounts[2] / name)  # the check looks through a host that took no part
+    *roots, third_root = gluster.roots(name)
+    third = Store(third_root)  # the check looks through a host that took no part
     third.create_queue(queue)
     ids = [third.ids.next_id() for _ in range(RACES)]  # both hosts send under the same id in each race
 
@@ -88,8 +88,8 @@ def test_two_hosts_receiving_one_message_at_once_one_gets_it_and_the_other_finds
     gluster: Gluster, record_property
 ):
     name, queue = "races-receive", QueueName("q")
-    roots = [gluster.mounts[0] / name, gluster.mounts[1] / name]
-    third = Store(gluster.mounts[2] / name)
+    *roots, third_root = gluster.roots(name)
+    third = Store(third_root)
     third.create_queue(queue)
     ids = third.send_batch(queue, [SendEntry(b"m%d" % i) for i in range(RACES)])
     assert all(isinstance(i, str) for i in ids), ids
