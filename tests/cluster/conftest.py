@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from mqcore.names import Layout
-from tests.conftest import REPO, Daemons, Stack
+from tests.conftest import PLAIN_HTTP, REPO, Daemons, Stack
 
 #: The script that builds and removes the volume.
 GLUSTER_SH = REPO / "scripts" / "gluster.sh"
@@ -399,7 +399,7 @@ def delete_queues(hosts: Sequence[Host], names: set[str]) -> None:
             if not host.stack.mq.running or not host.stack.mq.url:
                 continue
             try:
-                if httpx.delete(f"{host.stack.url}/{name}", timeout=30).status_code in (200, 404):
+                if httpx.delete(f"{host.stack.url}/{name}", timeout=30, verify=PLAIN_HTTP).status_code in (200, 404):
                     break
             except httpx.HTTPError:
                 continue

@@ -24,7 +24,7 @@ from conftest import Gluster, Host, start_hosts
 from prometheus_client.parser import text_string_to_metric_families
 
 from mqcore.client import connect
-from tests.conftest import Daemons
+from tests.conftest import PLAIN_HTTP, Daemons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -77,44 +77,45 @@ def test_producers_and_consumers_on_every_host_lose_nothing_and_never_share_a_le
     by_host = {d.consumer.split(".")[0] for d in ledger.deliveries}
     assert by_host == {"c0", "c1", "c2"}, "every host's consumers received messages"
     for q in queues:
-        stats = httpx.get(f"{hosts[1].stack.url}/{q}").json()
+        stats = httpx.get(f"{hosts[1].stack.url}/{q}", verify=PLAIN_HTTP).json()
         assert (stats["ready"], stats["in_flight"]) == (0, 0), stats
 
 
 def test_a_receipt_handle_from_one_host_is_honoured_on_the_others(hosts):
     a, b, c = (h.stack.url for h in hosts)
-    httpx.put(f"{a}/handles")
-    sent = [httpx.post(f"{a}/handles/messages", content=b"m%d" % i).headers["X-Message-Id"] for i in range(3)]
-    # One consumer on B, after every send was acknowledged: FIFO (docs/protocol.md section 10).
-    got = []
-    deadline = time.monotonic() + 10
-    while len(got) < 3 and time.monotonic() < deadline:
-        r = httpx.get(f"{b}/handles/messages?visibility_timeout_seconds=30")
-        if r.status_code == 200:
-            got.append(r)
-    assert [r.headers["X-Message-Id"] for r in got] == sent
-    first, second, third = got
-    # C extends B's lease of the first, A deletes it; C releases the second at once and A receives it.
-    handle = first.headers["X-Receipt-Handle"]
-    mid = first.headers["X-Message-Id"]
-    body = json.dumps({"receipt_handle": handle, "visibility_timeout_seconds": 60})
-    assert httpx.post(f"{c}/handles/messages/{mid}/visibility", content=body).status_code == 200
-    assert httpx.delete(f"{a}/handles/messages/{mid}", params={"receipt_handle": handle}).status_code == 200
-    mid2, handle2 = second.headers["X-Message-Id"], second.headers["X-Receipt-Handle"]
-    body = json.dumps({"receipt_handle": handle2, "visibility_timeout_seconds": 0})
-    assert httpx.post(f"{c}/handles/messages/{mid2}/visibility", content=body).status_code == 200
-    again = None
-    deadline = time.monotonic() + 10
-    while again is None and time.monotonic() < deadline:
-        r = httpx.get(f"{a}/handles/messages")
-        again = r if r.status_code == 200 else None
-    assert again is not None and again.headers["X-Message-Id"] == mid2
-    assert again.headers["X-Receive-Count"] == "2"
-    stale = httpx.delete(f"{b}/handles/messages/{mid2}", params={"receipt_handle": handle2})
-    assert stale.status_code == 410, stale.text
-    for r in (again, third):
-        params = {"receipt_handle": r.headers["X-Receipt-Handle"]}
-        assert httpx.delete(f"{c}/handles/messages/{r.headers['X-Message-Id']}", params=params).status_code == 200
+    with httpx.Client(timeout=30, verify=PLAIN_HTTP) as http:
+        http.put(f"{a}/handles")
+        sent = [http.post(f"{a}/handles/messages", content=b"m%d" % i).headers["X-Message-Id"] for i in range(3)]
+        # One consumer on B, after every send was acknowledged: FIFO (docs/protocol.md section 10).
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            r = http.get(f"{b}/handles/messages?visibility_timeout_seconds=30")
+            if r.status_code == 200:
+                got.append(r)
+        assert [r.headers["X-Message-Id"] for r in got] == sent
+        first, second, third = got
+        # C extends B's lease of the first, A deletes it; C releases the second at once and A receives it.
+        handle = first.headers["X-Receipt-Handle"]
+        mid = first.headers["X-Message-Id"]
+        body = json.dumps({"receipt_handle": handle, "visibility_timeout_seconds": 60})
+        assert http.post(f"{c}/handles/messages/{mid}/visibility", content=body).status_code == 200
+        assert http.delete(f"{a}/handles/messages/{mid}", params={"receipt_handle": handle}).status_code == 200
+        mid2, handle2 = second.headers["X-Message-Id"], second.headers["X-Receipt-Handle"]
+        body = json.dumps({"receipt_handle": handle2, "visibility_timeout_seconds": 0})
+        assert http.post(f"{c}/handles/messages/{mid2}/visibility", content=body).status_code == 200
+        again = None
+        deadline = time.monotonic() + 10
+        while again is None and time.monotonic() < deadline:
+            r = http.get(f"{a}/handles/messages")
+            again = r if r.status_code == 200 else None
+        assert again is not None and again.headers["X-Message-Id"] == mid2
+        assert again.headers["X-Receive-Count"] == "2"
+        stale = http.delete(f"{b}/handles/messages/{mid2}", params={"receipt_handle": handle2})
+        assert stale.status_code == 410, stale.text
+        for r in (again, third):
+            params = {"receipt_handle": r.headers["X-Receipt-Handle"]}
+            assert http.delete(f"{c}/handles/messages/{r.headers['X-Message-Id']}", params=params).status_code == 200
 
 
 def test_a_message_sent_through_one_host_is_delivered_through_another_long_before_a_rescan(hosts):
@@ -124,8 +125,8 @@ def test_a_message_sent_through_one_host_is_delivered_through_another_long_befor
     proves B found it without a rescan (bench/cluster.py measures the delay).
     """
     a, b = hosts[0].stack.url, hosts[1].stack.url
-    httpx.put(f"{a}/crosshost")
-    with httpx.Client(timeout=30) as http:
+    httpx.put(f"{a}/crosshost", verify=PLAIN_HTTP)
+    with httpx.Client(timeout=30, verify=PLAIN_HTTP) as http:
         for i in range(5):
             assert http.get(f"{b}/crosshost/messages?wait_time_seconds=0").status_code == 204  # indexed on B
             mid = http.post(f"{a}/crosshost/messages", content=b"x%d" % i).headers["X-Message-Id"]
@@ -199,5 +200,5 @@ def test_two_hosts_racing_for_the_head_of_one_queue_never_share_a_message(hosts)
 
 def _metrics(url: str) -> list[tuple[str, dict[str, str], float]]:
     """The samples of ``GET /metrics``: ``(name, labels, value)``."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+    text = httpx.get(f"{url}/metrics", timeout=30, verify=PLAIN_HTTP).text
     return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]

@@ -25,7 +25,7 @@ from conftest import Gluster, Host, start_hosts
 
 from mqcore import model
 from mqcore.client import connect
-from tests.conftest import Daemons
+from tests.conftest import PLAIN_HTTP, Daemons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -173,7 +173,7 @@ def _assert_bricks_agree(gluster: Gluster, ledger: Ledger, queue: str) -> None:
 
 
 def _status_and_retry_after(url: str, method: str, path: str, **kwargs) -> tuple[int, str | None]:
-    r = httpx.request(method, url + path, timeout=30, **kwargs)
+    r = httpx.request(method, url + path, timeout=30, **kwargs, verify=PLAIN_HTTP)
     return r.status_code, r.headers.get("Retry-After")
 
 
@@ -181,8 +181,8 @@ def test_a_host_whose_mount_is_lost_answers_503_and_recovers_when_it_comes_back(
     host = hosts[2]
     queue = "mountlost"
     url = host.stack.url
-    assert httpx.put(f"{url}/{queue}").status_code == 201
-    sent = httpx.post(f"{url}/{queue}/messages", content=b"before").headers["X-Message-Id"]
+    assert httpx.put(f"{url}/{queue}", verify=PLAIN_HTTP).status_code == 201
+    sent = httpx.post(f"{url}/{queue}/messages", content=b"before", verify=PLAIN_HTTP).headers["X-Message-Id"]
     os.kill(gluster.fuse_pid(2), signal.SIGKILL)
     with pytest.raises(OSError) as lost:
         os.stat(host.root)
@@ -199,7 +199,7 @@ def test_a_host_whose_mount_is_lost_answers_503_and_recovers_when_it_comes_back(
     gluster.mount(2)
     # The same mq, not restarted: it serves again once its root is back.
     deadline = time.monotonic() + 30
-    while httpx.post(f"{url}/{queue}/messages", content=b"after").status_code != 201:
+    while httpx.post(f"{url}/{queue}/messages", content=b"after", verify=PLAIN_HTTP).status_code != 201:
         assert time.monotonic() < deadline, host.stack.logs()
         time.sleep(0.5)
     with connect(url) as client:

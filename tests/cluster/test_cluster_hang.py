@@ -22,7 +22,7 @@ import httpx
 import pytest
 from conftest import Gluster, Host, start_hosts
 
-from tests.conftest import Daemon, Daemons
+from tests.conftest import PLAIN_HTTP, Daemon, Daemons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -53,7 +53,7 @@ def stalled(gluster: Gluster) -> Iterator[tuple[Host, Daemon, Daemons]]:
 def _send(url: str, body: bytes, outcomes: list[str | int | None]) -> None:
     """One send; its message id (201), its status, or None when the connection ended without an answer."""
     try:
-        reply = httpx.post(f"{url}/{QUEUE}/messages", content=body, timeout=60)
+        reply = httpx.post(f"{url}/{QUEUE}/messages", content=body, timeout=60, verify=PLAIN_HTTP)
     except httpx.HTTPError:
         outcomes.append(None)
         return
@@ -85,7 +85,7 @@ def test_a_brief_stall_under_the_probe_deadline_leaves_healthz_and_readyz_ok(
     replies: dict[str, httpx.Response] = {}
 
     def get(route: str) -> None:
-        replies[route] = httpx.get(f"{url}/{route}", timeout=60)
+        replies[route] = httpx.get(f"{url}/{route}", timeout=60, verify=PLAIN_HTTP)
 
     fuse = gluster.fuse_pid(host.index)
     os.kill(fuse, signal.SIGSTOP)
@@ -108,11 +108,11 @@ def test_a_stalled_filesystem_fails_healthz_and_sigterm_still_stops_every_daemon
 ) -> None:
     host, supervisor, _ = stalled
     url = host.stack.url
-    assert httpx.put(f"{url}/{QUEUE}", timeout=30).status_code == 201
-    before = httpx.post(f"{url}/{QUEUE}/messages", content=b"before", timeout=30)
+    assert httpx.put(f"{url}/{QUEUE}", timeout=30, verify=PLAIN_HTTP).status_code == 201
+    before = httpx.post(f"{url}/{QUEUE}/messages", content=b"before", timeout=30, verify=PLAIN_HTTP)
     assert before.status_code == 201, before.text
     acked = [before.headers["X-Message-Id"]]
-    assert httpx.get(f"{url}/healthz", timeout=30).json() == {"status": "ok"}
+    assert httpx.get(f"{url}/healthz", timeout=30, verify=PLAIN_HTTP).json() == {"status": "ok"}
 
     fuse = gluster.fuse_pid(host.index)
     outcomes: list[str | int | None] = []
@@ -124,14 +124,14 @@ def test_a_stalled_filesystem_fails_healthz_and_sigterm_still_stops_every_daemon
         ]
         for sender in senders:
             sender.start()
-        health = httpx.get(f"{url}/healthz", timeout=60)  # the stat probe's deadline (5 s), then 503
+        health = httpx.get(f"{url}/healthz", timeout=60, verify=PLAIN_HTTP)  # the stat probe's deadline (5 s), then 503
         assert health.status_code == 503, health.text
         assert health.headers.get("Retry-After")
         body = health.json()
         assert body["error"] == "filesystem_stalled", body
         assert "has not answered" in body["message"], body
         assert body["details"]["blocked_threads"], body
-        ready = httpx.get(f"{url}/readyz", timeout=60)  # the probe still hangs: at once
+        ready = httpx.get(f"{url}/readyz", timeout=60, verify=PLAIN_HTTP)  # the probe still hangs: at once
         assert ready.status_code == 503, ready.text
         assert ready.json()["details"]["failed"] == ["stalled"], ready.text
 

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from daemons._turns import CHANGE_CHECK_BATCH
 from mqcore.names import QueueName
 from mqcore.protocol import Store
-from tests.conftest import Daemons
+from tests.conftest import PLAIN_HTTP, Daemons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -54,7 +54,7 @@ def host(gluster: Gluster) -> Iterator[tuple[Host, Store, list[str]]]:
     daemons = Daemons()
     try:
         (h,) = start_hosts(daemons, gluster, ROOT, hosts=1)
-        with httpx.Client(timeout=30) as http:
+        with httpx.Client(timeout=30, verify=PLAIN_HTTP) as http:
             for q in names:
                 assert http.get(f"{h.stack.url}/{q}/messages").status_code == 204  # indexed, empty
         yield h, other, names
@@ -64,7 +64,7 @@ def host(gluster: Gluster) -> Iterator[tuple[Host, Store, list[str]]]:
 
 def gauges(url: str, name: str = "mq_queue_messages_ready") -> dict[str, float]:
     """queue -> value of the per-queue family ``name`` in mq's ``GET /metrics``."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+    text = httpx.get(f"{url}/metrics", timeout=30, verify=PLAIN_HTTP).text
     for family in text_string_to_metric_families(text):
         if family.name == name:
             return {s.labels["queue"]: s.value for s in family.samples}
@@ -74,7 +74,7 @@ def gauges(url: str, name: str = "mq_queue_messages_ready") -> dict[str, float]:
 def test_a_long_poll_on_any_of_many_queues_gets_another_hosts_send(host):
     h, other, names = host
     rng = random.Random(12)
-    with httpx.Client(timeout=60) as http:
+    with httpx.Client(timeout=60, verify=PLAIN_HTTP) as http:
         for q in rng.sample(names, 5):
             got: list[httpx.Response] = []
             poll = threading.Thread(
@@ -99,7 +99,7 @@ def test_idle_queues_nobody_waits_on_count_another_hosts_sends_within_a_round(ho
         other.send(QueueName(q), b"a")
         other.send(QueueName(q), b"b")
     deadline = time.monotonic() + UNWAITED_WITHIN
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30, verify=PLAIN_HTTP) as http:
         for q in chosen:
             while (ready := http.get(f"{h.stack.url}/{q}").json()["ready"]) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -135,7 +135,7 @@ def test_a_short_poll_or_a_count_on_a_quiet_queue_sees_another_hosts_send_at_the
     rng = random.Random(27)
     quiet = rng.sample(names, 8)
     time.sleep(2)  # their checks found nothing for a while: gaps of a second or more
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30, verify=PLAIN_HTTP) as http:
         for q in quiet[:4]:
             mid = other.send(QueueName(q), b"poll me")
             time.sleep(AFTER_THE_SEND)

@@ -20,7 +20,7 @@ import pytest
 from cluster_load import Ledger, check, finish_load, start_load
 from conftest import Gluster, Host, cluster_unavailable, start_hosts
 
-from tests.conftest import Daemons
+from tests.conftest import PLAIN_HTTP, Daemons
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -49,15 +49,15 @@ def hosts(gluster: Gluster) -> Iterator[list[Host]]:
 
 def test_ids_carry_the_senders_clock_so_fifo_across_hosts_is_off_by_the_skew(hosts):
     a, b, c = (h.stack.url for h in hosts)
-    httpx.put(f"{b}/skew-fifo")
-    first = httpx.post(f"{a}/skew-fifo/messages", content=b"sent first, through the fast host")
-    second = httpx.post(f"{c}/skew-fifo/messages", content=b"sent second, through the slow host")
+    httpx.put(f"{b}/skew-fifo", verify=PLAIN_HTTP)
+    first = httpx.post(f"{a}/skew-fifo/messages", content=b"sent first, through the fast host", verify=PLAIN_HTTP)
+    second = httpx.post(f"{c}/skew-fifo/messages", content=b"sent second, through the slow host", verify=PLAIN_HTTP)
     assert first.status_code == second.status_code == 201
     assert second.headers["X-Message-Id"] < first.headers["X-Message-Id"]  # 4 s of skew between them
     got = []
     deadline = time.monotonic() + 15
     while len(got) < 2 and time.monotonic() < deadline:
-        r = httpx.get(f"{b}/skew-fifo/messages?wait_time_seconds=1")
+        r = httpx.get(f"{b}/skew-fifo/messages?wait_time_seconds=1", verify=PLAIN_HTTP)
         if r.status_code == 200:
             got.append(r.headers["X-Message-Id"])
     assert got == [second.headers["X-Message-Id"], first.headers["X-Message-Id"]]
@@ -65,13 +65,13 @@ def test_ids_carry_the_senders_clock_so_fifo_across_hosts_is_off_by_the_skew(hos
 
 def test_a_mover_whose_clock_is_ahead_redelivers_early_by_at_most_its_skew(hosts):
     b = hosts[1].stack.url
-    httpx.put(f"{b}/skew-deadline")
-    httpx.post(f"{b}/skew-deadline/messages", content=b"leased through B")
+    httpx.put(f"{b}/skew-deadline", verify=PLAIN_HTTP)
+    httpx.post(f"{b}/skew-deadline/messages", content=b"leased through B", verify=PLAIN_HTTP)
     visibility = 6
     taken = time.monotonic()
-    r = httpx.get(f"{b}/skew-deadline/messages?visibility_timeout_seconds={visibility}")
+    r = httpx.get(f"{b}/skew-deadline/messages?visibility_timeout_seconds={visibility}", verify=PLAIN_HTTP)
     assert r.status_code == 200
-    again = httpx.get(f"{b}/skew-deadline/messages?wait_time_seconds=20", timeout=30)
+    again = httpx.get(f"{b}/skew-deadline/messages?wait_time_seconds=20", timeout=30, verify=PLAIN_HTTP)
     back_after = time.monotonic() - taken
     assert again.status_code == 200 and again.headers["X-Receive-Count"] == "2"
     # B's own mover would redeliver at 6 s; A's, 2 s ahead, may do it from 4 s on; nothing may before that.
@@ -80,7 +80,7 @@ def test_a_mover_whose_clock_is_ahead_redelivers_early_by_at_most_its_skew(hosts
 
 def test_nothing_acknowledged_is_lost_with_skewed_hosts_under_load(hosts):
     queue = "skew-load"
-    httpx.put(f"{hosts[1].stack.url}/{queue}")
+    httpx.put(f"{hosts[1].stack.url}/{queue}", verify=PLAIN_HTTP)
     ledger = Ledger()
     producers, consumers, stop = start_load(
         queue,

@@ -26,7 +26,7 @@ from schemathesis.core.transport import Response
 from schemathesis.generation.stateful.state_machine import StepInput, StepOutput
 from schemathesis.specs.openapi import checks
 
-from tests.conftest import REPO, Daemons, Stack
+from tests.conftest import PLAIN_HTTP, REPO, Daemons, Stack
 
 EXAMPLES = int(os.environ.get("MQ_FUZZ_EXAMPLES", "15"))
 SCENARIOS = int(os.environ.get("MQ_FUZZ_SCENARIOS", "30"))
@@ -132,7 +132,7 @@ def test_the_root_holds_only_the_protocol_directories(fuzz_stack: Stack) -> None
 
 
 def test_405_lists_the_allowed_methods(fuzz_stack: Stack) -> None:
-    response = httpx.request("TRACE", f"{fuzz_stack.url}/", timeout=30)
+    response = httpx.request("TRACE", f"{fuzz_stack.url}/", timeout=30, verify=PLAIN_HTTP)
     assert response.status_code == 405
     assert response.json()["error"] == "method_not_allowed"
     assert "GET" in response.headers["Allow"]
