@@ -109,7 +109,7 @@ __all__ = [
 #: The module of :mod:`mqcore.service` each name of ``__all__`` comes from. They are imported on first use (PEP
 #: 562), not with the package: a program that needs one part (the HTTP client's :mod:`mqcore.service.plans`, so
 #: every ``mqctl --url`` command) does not import all the rules and :mod:`mqcore.protocol` with them
-#: (docs/performance.md, "mqctl and daemon start-ups (issue 12, stop 30)").
+#: (docs/performance.md, "mqctl, daemon start-ups and tests/fuzz's collection (issue 12, stop 30)").
 _HOMES = {
     name: module
     for module, names in (
